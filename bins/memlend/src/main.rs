@@ -1,0 +1,2 @@
+//! The memlend command line
+fn main() {}

@@ -1,0 +1,2 @@
+//! The memlend node daemon
+fn main() {}

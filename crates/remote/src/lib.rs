@@ -1,0 +1,1 @@
+//! The client of the page protocol and the remote page store

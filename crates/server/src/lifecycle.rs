@@ -1,0 +1,119 @@
+//! Accept loops, connection limits and clean shutdown, shared by both servers.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown as NetShutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+/// How often a blocked accept loop looks at the stop flag.
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+
+/// A stop flag plus every live connection, so that stopping can unblock
+/// threads sitting in `read`. Cloned freely; all clones share state.
+#[derive(Clone, Default)]
+pub struct Shutdown {
+    inner: Arc<ShutdownInner>,
+}
+
+#[derive(Default)]
+struct ShutdownInner {
+    stopping: AtomicBool,
+    next_id: AtomicU64,
+    conns: Mutex<HashMap<u64, TcpStream>>,
+}
+
+impl Shutdown {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::Acquire)
+    }
+
+    /// Stop accepting and shut every tracked connection down. Idempotent.
+    pub fn stop(&self) {
+        self.inner.stopping.store(true, Ordering::Release);
+        for (_, s) in self.inner.conns.lock().drain() {
+            let _ = s.shutdown(NetShutdown::Both);
+        }
+    }
+
+    /// Number of connections being served now.
+    pub fn live_connections(&self) -> usize {
+        self.inner.conns.lock().len()
+    }
+
+    fn track(&self, stream: &TcpStream, limit: usize) -> io::Result<Option<ConnGuard>> {
+        let mut conns = self.inner.conns.lock();
+        if conns.len() >= limit {
+            return Ok(None);
+        }
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        conns.insert(id, stream.try_clone()?);
+        Ok(Some(ConnGuard { shutdown: self.clone(), id }))
+    }
+}
+
+/// Removes a connection from the tracked set when its thread ends.
+pub struct ConnGuard {
+    shutdown: Shutdown,
+    id: u64,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.shutdown.inner.conns.lock().remove(&self.id);
+    }
+}
+
+/// Accept connections on `listener` until `shutdown` stops, at most
+/// `max_connections` at once, each served by `serve` on its own thread.
+/// A connection over the limit is closed at once with a logged reason.
+pub fn accept_loop<F>(
+    what: &'static str,
+    listener: TcpListener,
+    shutdown: Shutdown,
+    max_connections: usize,
+    serve: F,
+) -> io::Result<()>
+where
+    F: Fn(TcpStream, SocketAddr) + Send + Sync + 'static,
+{
+    listener.set_nonblocking(true)?;
+    let serve = Arc::new(serve);
+    while !shutdown.is_stopping() {
+        let (stream, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(ACCEPT_POLL);
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!(server = what, error = %e, "accept failed");
+                thread::sleep(ACCEPT_POLL);
+                continue;
+            }
+        };
+        stream.set_nonblocking(false)?;
+        let _ = stream.set_nodelay(true);
+        let Some(guard) = shutdown.track(&stream, max_connections)? else {
+            tracing::warn!(server = what, %peer, max_connections, "connection refused: limit reached");
+            continue;
+        };
+        let serve = Arc::clone(&serve);
+        let spawned = thread::Builder::new().name(format!("{what}-{peer}")).spawn(move || {
+            let _guard = guard;
+            serve(stream, peer);
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(server = what, %peer, error = %e, "cannot start connection thread");
+        }
+    }
+    Ok(())
+}

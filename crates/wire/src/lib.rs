@@ -1,0 +1,1 @@
+//! Byte formats: the page protocol and NBD, with no I/O
