@@ -4,3 +4,5 @@
 //! a request served on the thread that read it never crosses cores.
 
 pub mod lifecycle;
+pub mod nbd;
+pub mod page;

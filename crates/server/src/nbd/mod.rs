@@ -1,0 +1,1 @@
+//! The NBD export: a server of the NBD protocol over page stores.

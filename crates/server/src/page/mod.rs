@@ -1,0 +1,1 @@
+//! The page server: memlend's own protocol, for borrowers.

@@ -1,0 +1,1 @@
+//! The NBD protocol (fixed newstyle handshake and transmission phase).

@@ -1,0 +1,1 @@
+//! The page protocol; `docs/protocol.md` is its reference.
