@@ -1,1 +1,64 @@
 //! The page protocol; `docs/protocol.md` is its reference.
+//!
+//! Fixed little-endian headers, a CRC32C over every header and payload, a
+//! request tag for many requests in flight answered in any order, and a
+//! per-session sequence number so that a later version can resume a session
+//! exactly once across reconnects.
+
+mod auth;
+mod codes;
+mod error;
+mod hello;
+mod reply;
+mod request;
+mod stat;
+
+pub use auth::{client_mac, server_mac, verify_mac, Key, KEY_LEN, MAC_LEN};
+pub use codes::{Opcode, Status};
+pub use error::FrameError;
+pub use hello::{Auth, Challenge, Hello, Welcome, NONCE_LEN};
+pub use reply::{RepHeader, REP_HEADER_LEN};
+pub use request::{ReqHeader, REQ_HEADER_LEN};
+pub use stat::StatReply;
+
+/// Bytes in a page.
+pub const PAGE_SIZE: usize = 4096;
+/// The one protocol version this build speaks.
+pub const VERSION: u16 = 1;
+
+/// Hard limits of the protocol. A server may advertise smaller ones in its
+/// `Welcome`; it never accepts larger.
+pub mod limits {
+    /// Pages in one READ/WRITE/READV/WRITEV (1 MiB of data).
+    pub const MAX_BATCH_PAGES: u32 = 256;
+    /// Requests a client may have outstanding on one connection.
+    pub const MAX_INFLIGHT: u32 = 128;
+    /// Slabs one borrower may hold open on one donor.
+    pub const MAX_SLABS_PER_BORROWER: u32 = 1024;
+    /// The largest payload any request can carry: a full WRITEV.
+    pub const MAX_PAYLOAD_BYTES: u32 = MAX_BATCH_PAGES * (super::PAGE_SIZE as u32 + 8);
+    /// The largest reply payload: a full READ/READV.
+    pub const MAX_REPLY_PAYLOAD_BYTES: u32 = MAX_BATCH_PAGES * super::PAGE_SIZE as u32;
+}
+
+/// Read a little-endian integer at `at` from a slice the caller has already
+/// sized; out-of-bounds is a bug in this crate, not bad input.
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("sized by caller"))
+}
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("sized by caller"))
+}
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("sized by caller"))
+}
+
+/// CRC32C of a payload, as carried in request and reply headers.
+pub fn payload_crc(payload: &[u8]) -> u32 {
+    crc32c::crc32c(payload)
+}
+
+/// CRC32C of a list of buffers, as if concatenated (a scatter/gather payload).
+pub fn payload_crc_iov<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u32 {
+    parts.into_iter().fold(0, |crc, p| crc32c::crc32c_append(crc, p))
+}

@@ -1,0 +1,109 @@
+//! Numbered opcodes and status codes. Numbers are part of the wire format:
+//! never renumber, only add.
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Opcode {
+    /// No operation; measures a round trip.
+    Ping = 1,
+    /// Open a new slab of `page` pages; the reply's `value` is its id.
+    OpenSlab = 2,
+    /// Close slab `slab`, freeing its memory.
+    CloseSlab = 3,
+    /// Read pages `page..page+count` of `slab`.
+    Read = 4,
+    /// Write pages `page..page+count` of `slab` from the payload.
+    Write = 5,
+    /// Read `count` scattered pages named by a list of u64 indices.
+    ReadV = 6,
+    /// Write `count` scattered pages: u64 indices, then the page data.
+    WriteV = 7,
+    /// Pages `page..page+count` read as zero afterwards; memory is freed.
+    Discard = 8,
+    /// Make completed writes to `slab` durable (no-op for RAM slabs).
+    Flush = 9,
+    /// Donor and borrower statistics; the reply carries a `StatReply`.
+    Stat = 10,
+    /// Size in pages of slab `slab` in the reply's `value` (re-attach check).
+    SlabInfo = 11,
+}
+
+impl Opcode {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        use Opcode::*;
+        Some(match v {
+            1 => Ping,
+            2 => OpenSlab,
+            3 => CloseSlab,
+            4 => Read,
+            5 => Write,
+            6 => ReadV,
+            7 => WriteV,
+            8 => Discard,
+            9 => Flush,
+            10 => Stat,
+            11 => SlabInfo,
+            _ => return None,
+        })
+    }
+}
+
+/// The outcome of a request (or of the handshake). `Ok` is 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Status {
+    Ok = 0,
+    BadMagic = 1,
+    BadHeaderCrc = 2,
+    BadPayloadCrc = 3,
+    UnknownOpcode = 4,
+    BadLength = 5,
+    OutOfRange = 6,
+    NoSuchSlab = 7,
+    NoSpace = 8,
+    TooManySlabs = 9,
+    BatchTooLarge = 10,
+    IoError = 11,
+    Corrupt = 12,
+    AuthFailed = 13,
+    VersionUnsupported = 14,
+    TooManyConnections = 15,
+    ShuttingDown = 16,
+    BadFlags = 17,
+    /// A status number this build does not know (from a newer peer).
+    Unknown = 0xffff,
+}
+
+impl Status {
+    pub fn from_u16(v: u16) -> Self {
+        use Status::*;
+        match v {
+            0 => Ok,
+            1 => BadMagic,
+            2 => BadHeaderCrc,
+            3 => BadPayloadCrc,
+            4 => UnknownOpcode,
+            5 => BadLength,
+            6 => OutOfRange,
+            7 => NoSuchSlab,
+            8 => NoSpace,
+            9 => TooManySlabs,
+            10 => BatchTooLarge,
+            11 => IoError,
+            12 => Corrupt,
+            13 => AuthFailed,
+            14 => VersionUnsupported,
+            15 => TooManyConnections,
+            16 => ShuttingDown,
+            17 => BadFlags,
+            _ => Unknown,
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} ({})", self, *self as u16)
+    }
+}
