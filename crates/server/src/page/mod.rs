@@ -1,1 +1,123 @@
 //! The page server: memlend's own protocol, for borrowers.
+//!
+//! One thread per connection. After the handshake a connection is a loop of
+//! "read what has arrived, serve it all inline, write all the replies".
+//! Bad frames end that connection only, with a logged reason; slabs are per
+//! borrower, so no connection can reach another borrower's pages.
+
+mod conn;
+mod handshake;
+mod ops;
+mod registry;
+mod stats;
+
+pub use registry::{BorrowerId, Registry, SlabFactory};
+pub use stats::ServerStats;
+
+use crate::lifecycle::{accept_loop, Shutdown};
+use memlend_wire::page::{limits, Key};
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+/// Everything the page server needs to know; every limit is explicit.
+#[derive(Clone, Debug)]
+pub struct PageServerConfig {
+    /// The cluster key; `None` runs insecure (any client is accepted).
+    pub key: Option<Key>,
+    pub max_connections: usize,
+    pub max_batch_pages: u32,
+    pub max_inflight: u32,
+    /// A handshake must finish within this, so silent peers cannot hold
+    /// connection slots.
+    pub handshake_timeout: Duration,
+    /// How long a borrower's slabs outlive its last connection.
+    pub orphan_grace: Duration,
+}
+
+impl Default for PageServerConfig {
+    fn default() -> Self {
+        PageServerConfig {
+            key: None,
+            max_connections: 256,
+            max_batch_pages: limits::MAX_BATCH_PAGES,
+            max_inflight: limits::MAX_INFLIGHT,
+            handshake_timeout: Duration::from_secs(10),
+            orphan_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+pub struct PageServer {
+    cfg: PageServerConfig,
+    registry: Registry,
+    stats: ServerStats,
+}
+
+impl PageServer {
+    pub fn new(cfg: PageServerConfig, registry: Registry) -> Arc<Self> {
+        assert!(cfg.max_batch_pages >= 1 && cfg.max_batch_pages <= limits::MAX_BATCH_PAGES);
+        assert!(cfg.max_inflight >= 1 && cfg.max_inflight <= limits::MAX_INFLIGHT);
+        Arc::new(PageServer { cfg, registry, stats: ServerStats::default() })
+    }
+
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Serve `listener` until `shutdown` stops. Also runs the janitor that
+    /// frees orphaned slabs.
+    pub fn serve(self: &Arc<Self>, listener: TcpListener, shutdown: Shutdown) -> io::Result<()> {
+        let janitor = {
+            let (me, shutdown) = (Arc::clone(self), shutdown.clone());
+            thread::Builder::new().name("page-janitor".into()).spawn(move || {
+                while !shutdown.is_stopping() {
+                    me.registry.reap_orphans(me.cfg.orphan_grace);
+                    thread::sleep(Duration::from_millis(200));
+                }
+            })?
+        };
+        let me = Arc::clone(self);
+        let max = self.cfg.max_connections;
+        let result = accept_loop("page", listener, shutdown, max, move |stream, peer| {
+            me.serve_connection(stream, peer)
+        });
+        let _ = janitor.join();
+        result
+    }
+
+    fn serve_connection(&self, mut stream: TcpStream, peer: SocketAddr) {
+        self.stats.connections_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let offer = handshake::Offer {
+            max_batch_pages: self.cfg.max_batch_pages,
+            max_inflight: self.cfg.max_inflight,
+            lend_pages: self.registry.lend_pages(),
+        };
+        let _ = stream.set_read_timeout(Some(self.cfg.handshake_timeout));
+        let session = match handshake::accept(&mut stream, self.cfg.key.as_ref(), &offer) {
+            Ok(s) => s,
+            Err(e) => {
+                self.stats.handshakes_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%peer, reason = %e, "handshake refused");
+                return;
+            }
+        };
+        let _ = stream.set_read_timeout(None);
+        let id = session.borrower_id;
+        tracing::debug!(%peer, session = session.session_id, "borrower connected");
+        self.registry.attach(id);
+        let mut conn =
+            conn::Conn::new(stream, &self.registry, id, self.cfg.max_batch_pages, &self.stats);
+        match conn.run() {
+            Ok(()) => tracing::debug!(%peer, "borrower disconnected"),
+            Err(e) => tracing::warn!(%peer, reason = %e, "connection closed"),
+        }
+        self.registry.detach(id);
+    }
+}

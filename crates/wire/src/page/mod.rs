@@ -23,6 +23,9 @@ pub use stat::StatReply;
 
 /// Bytes in a page.
 pub const PAGE_SIZE: usize = 4096;
+/// The tag of a reply to a frame the server could not decode; the server
+/// closes the connection after it. Clients never use it for a request.
+pub const FATAL_TAG: u32 = u32::MAX;
 /// The one protocol version this build speaks.
 pub const VERSION: u16 = 1;
 

@@ -1,0 +1,277 @@
+//! `remote`: a `PageStore` over one slab on one donor.
+
+use crate::{ClientConfig, ClientError, Conn};
+use memlend_store::{check_range, check_run, Caps, PageStore, ReadOp, StoreInfo};
+use memlend_store::{StoreResult, WriteOp, PAGE_SIZE};
+use memlend_wire::page::{Opcode, ReqHeader, StatReply, Status};
+use parking_lot::{Condvar, Mutex};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Bytes of write payload queued per connection before it must drain
+/// replies: bounds the client's buffer while keeping the pipe full.
+const MAX_INFLIGHT_BYTES: usize = 4 << 20;
+
+pub struct RemoteStore {
+    addr: SocketAddr,
+    cfg: ClientConfig,
+    slab: u32,
+    pages: u64,
+    pool: Mutex<Pool>,
+    freed: Condvar,
+}
+
+struct Pool {
+    idle: Vec<Conn>,
+    open: usize,
+}
+
+/// One protocol request of a batch and the caller memory it reads or writes.
+enum Piece<'a> {
+    Read { page: u64, buf: &'a mut [u8] },
+    Write { page: u64, data: &'a [u8] },
+}
+
+impl Piece<'_> {
+    fn len_bytes(&self) -> usize {
+        match self {
+            Piece::Read { buf, .. } => buf.len(),
+            Piece::Write { data, .. } => data.len(),
+        }
+    }
+}
+
+impl RemoteStore {
+    /// Connect to `addr` and open a new slab of `pages` pages there.
+    pub fn open(addr: SocketAddr, cfg: ClientConfig, pages: u64) -> Result<Self, ClientError> {
+        let mut conn = Conn::connect(addr, &cfg)?;
+        let h = ReqHeader { page: pages, ..ReqHeader::new(Opcode::OpenSlab, 0) };
+        let slab = conn.call(h, &[], None)?.value;
+        let slab = u32::try_from(slab)
+            .map_err(|_| ClientError::Protocol(format!("slab id {slab} out of range")))?;
+        tracing::debug!(%addr, slab, pages, "slab opened");
+        let pool = Pool { idle: vec![conn], open: 1 };
+        Ok(RemoteStore { addr, cfg, slab, pages, pool: Mutex::new(pool), freed: Condvar::new() })
+    }
+
+    pub fn slab(&self) -> u32 {
+        self.slab
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The donor's view of its budget and of this borrower.
+    pub fn stat(&self) -> StoreResult<StatReply> {
+        self.with_conn("stat", |conn| {
+            conn.call(ReqHeader::new(Opcode::Stat, 0), &[], None)?;
+            Ok(StatReply::decode(conn.scratch())?)
+        })
+    }
+
+    /// Run `f` on a connection of the pool; after a transport failure, retry
+    /// on a fresh connection (the slab belongs to our borrower id, so a new
+    /// connection reaches the same pages).
+    fn with_conn<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut(&mut Conn) -> Result<T, ClientError>,
+    ) -> StoreResult<T> {
+        let mut attempt = 0;
+        loop {
+            let mut conn = self.checkout().map_err(|e| e.into_store_error(what))?;
+            match f(&mut conn) {
+                Ok(v) => {
+                    self.checkin(Some(conn));
+                    return Ok(v);
+                }
+                Err(e) if e.is_transport() && attempt < self.cfg.max_retries => {
+                    tracing::warn!(addr = %self.addr, error = %e, attempt, "{what}: reconnecting");
+                    self.checkin(None);
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(10 << attempt));
+                }
+                Err(e) => {
+                    self.checkin((!e.is_transport()).then_some(conn));
+                    return Err(e.into_store_error(what));
+                }
+            }
+        }
+    }
+
+    fn checkout(&self) -> Result<Conn, ClientError> {
+        let mut pool = self.pool.lock();
+        loop {
+            if let Some(c) = pool.idle.pop() {
+                return Ok(c);
+            }
+            if pool.open < self.cfg.max_connections {
+                pool.open += 1;
+                drop(pool);
+                let conn = Conn::connect(self.addr, &self.cfg);
+                if conn.is_err() {
+                    self.checkin(None);
+                }
+                return conn;
+            }
+            if self.freed.wait_for(&mut pool, self.cfg.io_timeout).timed_out() {
+                return Err(ClientError::Protocol("no connection became free in time".into()));
+            }
+        }
+    }
+
+    /// Return a connection to the pool, or `None` for one that broke.
+    fn checkin(&self, conn: Option<Conn>) {
+        let mut pool = self.pool.lock();
+        match conn {
+            Some(c) => pool.idle.push(c),
+            None => pool.open -= 1,
+        }
+        self.freed.notify_one();
+    }
+
+    fn run(&self, what: &str, pieces: &mut [Piece]) -> StoreResult<()> {
+        let slab = self.slab;
+        self.with_conn(what, |conn| run_pieces(conn, slab, pieces))
+    }
+
+    fn split_reads<'a>(&self, ops: &'a mut [ReadOp<'_>], max: usize) -> Vec<Piece<'a>> {
+        let mut pieces = Vec::new();
+        for op in ops.iter_mut() {
+            for (i, buf) in op.buf.chunks_mut(max * PAGE_SIZE).enumerate() {
+                pieces.push(Piece::Read { page: op.page + (i * max) as u64, buf });
+            }
+        }
+        pieces
+    }
+
+    fn max_batch_pages(&self) -> usize {
+        let pool = self.pool.lock();
+        pool.idle.first().map_or(memlend_wire::page::limits::MAX_BATCH_PAGES, |c| c.max_batch_pages)
+            as usize
+    }
+}
+
+/// Send every piece, at most `max_inflight` requests and `MAX_INFLIGHT_BYTES`
+/// of payload at a time, and receive every reply (in any order). On a donor
+/// error the remaining replies are still drained so the connection stays in
+/// step; the first error is returned.
+fn run_pieces(conn: &mut Conn, slab: u32, pieces: &mut [Piece]) -> Result<(), ClientError> {
+    let window = conn.max_inflight as usize;
+    let mut inflight: Vec<(u32, usize)> = Vec::with_capacity(window);
+    let (mut next, mut first_err) = (0, None);
+    while next < pieces.len() || !inflight.is_empty() {
+        if inflight.len() <= window / 2 {
+            let mut queued_bytes = 0;
+            while next < pieces.len()
+                && inflight.len() < window
+                && queued_bytes < MAX_INFLIGHT_BYTES
+            {
+                queued_bytes += pieces[next].len_bytes();
+                inflight.push((queue_piece(conn, slab, &pieces[next]), next));
+                next += 1;
+            }
+            conn.send()?;
+        }
+        let pieces_ref: &mut [Piece] = pieces;
+        let flight = &inflight;
+        let r = conn.recv(move |h| {
+            let (_, idx) = flight.iter().find(|(t, _)| *t == h.tag)?;
+            match &mut pieces_ref[*idx] {
+                Piece::Read { buf, .. } if h.status == Status::Ok => Some(&mut **buf),
+                _ => None,
+            }
+        })?;
+        let Some(pos) = inflight.iter().position(|(t, _)| *t == r.tag) else {
+            return Err(ClientError::Protocol(format!("reply for unknown tag {}", r.tag)));
+        };
+        inflight.swap_remove(pos);
+        if r.status != Status::Ok && first_err.is_none() {
+            first_err = Some(ClientError::Status(r.status));
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+fn queue_piece(conn: &mut Conn, slab: u32, piece: &Piece) -> u32 {
+    let (op, page, count, payload): (_, _, _, &[u8]) = match piece {
+        Piece::Read { page, buf } => (Opcode::Read, *page, buf.len() / PAGE_SIZE, &[]),
+        Piece::Write { page, data } => (Opcode::Write, *page, data.len() / PAGE_SIZE, data),
+    };
+    let h = ReqHeader { slab, page, count: count as u32, ..ReqHeader::new(op, 0) };
+    conn.queue(h, &[payload])
+}
+
+impl PageStore for RemoteStore {
+    fn info(&self) -> StoreInfo {
+        let caps = Caps { durable: false, discard_frees: true, fast: false };
+        StoreInfo { pages: self.pages, caps, name: format!("remote({})", self.addr) }
+    }
+
+    fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
+        for op in ops.iter() {
+            check_run(self.pages, op.page, op.buf.len())?;
+        }
+        let max = self.max_batch_pages();
+        let mut pieces = self.split_reads(ops, max);
+        self.run("read", &mut pieces)
+    }
+
+    fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
+        for op in ops {
+            check_run(self.pages, op.page, op.data.len())?;
+        }
+        let max = self.max_batch_pages();
+        let mut pieces: Vec<Piece> = ops
+            .iter()
+            .flat_map(|op| {
+                op.data
+                    .chunks(max * PAGE_SIZE)
+                    .enumerate()
+                    .map(move |(i, data)| Piece::Write { page: op.page + (i * max) as u64, data })
+            })
+            .collect();
+        self.run("write", &mut pieces)
+    }
+
+    fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
+        check_range(self.pages, page, count)?;
+        let slab = self.slab;
+        self.with_conn("discard", |conn| {
+            let mut done = 0;
+            while done < count {
+                let n = (count - done).min(u32::MAX as u64);
+                let h = ReqHeader {
+                    slab,
+                    page: page + done,
+                    count: n as u32,
+                    ..ReqHeader::new(Opcode::Discard, 0)
+                };
+                conn.call(h, &[], None)?;
+                done += n;
+            }
+            Ok(())
+        })
+    }
+
+    fn flush(&self) -> StoreResult<()> {
+        let slab = self.slab;
+        self.with_conn("flush", |conn| {
+            conn.call(ReqHeader { slab, ..ReqHeader::new(Opcode::Flush, 0) }, &[], None).map(drop)
+        })
+    }
+}
+
+impl Drop for RemoteStore {
+    /// Give the slab back. Best effort: if the donor is gone, its janitor
+    /// frees the slab after the grace period anyway.
+    fn drop(&mut self) {
+        let slab = self.slab;
+        let h = ReqHeader { slab, ..ReqHeader::new(Opcode::CloseSlab, 0) };
+        let closed = self.pool.get_mut().idle.pop().map(|mut c| c.call(h, &[], None));
+        if let Some(Err(e)) = closed {
+            tracing::debug!(addr = %self.addr, slab, error = %e, "close slab failed");
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! The server's side of HELLO / CHALLENGE / AUTH / WELCOME.
+
+use memlend_wire::page::{self, Auth, Challenge, Hello, Key, Status, Welcome};
+use std::io::{self, Read, Write};
+
+/// What a successful handshake establishes for the connection.
+pub struct Session {
+    pub borrower_id: [u8; 16],
+    pub session_id: u64,
+}
+
+/// Limits the server announces in WELCOME.
+pub struct Offer {
+    pub max_batch_pages: u32,
+    pub max_inflight: u32,
+    pub lend_pages: u64,
+}
+
+/// Why a handshake failed; logged by the caller with the peer's address.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("I/O during handshake: {0}")]
+    Io(#[from] io::Error),
+    #[error("malformed handshake frame: {0}")]
+    Frame(#[from] page::FrameError),
+    #[error("client speaks versions {min}..={max}, this server speaks {}", page::VERSION)]
+    Version { min: u16, max: u16 },
+    #[error("wrong cluster key (authentication failed)")]
+    AuthFailed,
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    getrandom::getrandom(&mut b).expect("the kernel's random source is available");
+    b
+}
+
+/// Run the handshake on `stream`. With `key == None` the server is insecure:
+/// it says so in CHALLENGE and accepts any AUTH.
+pub fn accept<S: Read + Write>(
+    stream: &mut S,
+    key: Option<&Key>,
+    offer: &Offer,
+) -> Result<Session, HandshakeError> {
+    let mut buf = [0u8; Hello::LEN];
+    stream.read_exact(&mut buf)?;
+    let hello = Hello::decode(&buf)?;
+    if !(hello.version_min..=hello.version_max).contains(&page::VERSION) {
+        stream.write_all(&Welcome::refused(Status::VersionUnsupported).encode())?;
+        return Err(HandshakeError::Version { min: hello.version_min, max: hello.version_max });
+    }
+    let server_nonce = random::<{ page::NONCE_LEN }>();
+    let challenge = Challenge { version: page::VERSION, insecure: key.is_none(), server_nonce };
+    stream.write_all(&challenge.encode())?;
+
+    let mut buf = [0u8; Auth::LEN];
+    stream.read_exact(&mut buf)?;
+    let auth = Auth::decode(&buf)?;
+    let id = hello.borrower_id;
+    if let Some(key) = key {
+        let expected =
+            page::client_mac(key, &hello.client_nonce, &server_nonce, &id, hello.resume_session);
+        if !page::verify_mac(&expected, &auth.mac) {
+            stream.write_all(&Welcome::refused(Status::AuthFailed).encode())?;
+            return Err(HandshakeError::AuthFailed);
+        }
+    }
+    let session_id = u64::from_le_bytes(random::<8>()) | 1;
+    let mac = key.map_or([0; page::MAC_LEN], |k| {
+        page::server_mac(k, &hello.client_nonce, &server_nonce, &id, session_id)
+    });
+    let welcome = Welcome {
+        status: Status::Ok,
+        mac,
+        max_batch_pages: offer.max_batch_pages,
+        max_inflight: offer.max_inflight,
+        session_id,
+        lend_pages: offer.lend_pages,
+    };
+    stream.write_all(&welcome.encode())?;
+    Ok(Session { borrower_id: id, session_id })
+}

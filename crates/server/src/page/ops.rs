@@ -1,0 +1,186 @@
+//! Serving one decoded request: bounds, slab lookup, the store call, and the
+//! reply appended to the connection's output buffer.
+
+use super::registry::{BorrowerId, Registry, Slab};
+use memlend_store::{ReadOp, StoreError, WriteOp, PAGE_SIZE};
+use memlend_wire::page::{self, Opcode, RepHeader, ReqHeader, StatReply, Status, REP_HEADER_LEN};
+
+pub struct Ctx<'a> {
+    pub registry: &'a Registry,
+    pub borrower: BorrowerId,
+    pub max_batch_pages: u32,
+}
+
+/// What happened, for counters and the slab cache.
+pub enum Outcome {
+    Done { op: Opcode, pages: u64 },
+    Closed(u32),
+    Failed(Status),
+}
+
+pub fn store_status(e: &StoreError) -> Status {
+    match e {
+        StoreError::OutOfRange { .. } => Status::OutOfRange,
+        StoreError::Misaligned { .. } => Status::BadLength,
+        StoreError::Corrupt { .. } => Status::Corrupt,
+        StoreError::NoSpace(_) => Status::NoSpace,
+        StoreError::Unavailable(_) | StoreError::Io(_) => Status::IoError,
+    }
+}
+
+/// Serve `h` and append exactly one reply to `out`.
+pub fn serve_request(
+    ctx: &Ctx,
+    h: &ReqHeader,
+    payload: &[u8],
+    slab: Option<&Slab>,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let result = dispatch(ctx, h, payload, slab, out);
+    match result {
+        Ok(outcome) => outcome,
+        Err(status) => {
+            out.extend_from_slice(&RepHeader::status(status, h.tag, h.seq).encode());
+            Outcome::Failed(status)
+        }
+    }
+}
+
+fn dispatch(
+    ctx: &Ctx,
+    h: &ReqHeader,
+    payload: &[u8],
+    slab: Option<&Slab>,
+    out: &mut Vec<u8>,
+) -> Result<Outcome, Status> {
+    let op = h.validate(ctx.max_batch_pages).map_err(|e| e.status())?;
+    if h.payload_len > 0 && page::payload_crc(payload) != h.payload_crc {
+        return Err(Status::BadPayloadCrc);
+    }
+    let done = |pages: u64| Ok(Outcome::Done { op, pages });
+    match op {
+        Opcode::Ping => ok(out, h, 0).and(done(0)),
+        Opcode::OpenSlab => {
+            let id = ctx.registry.open(ctx.borrower, h.page)?;
+            tracing::debug!(slab = id, pages = h.page, "slab opened");
+            ok(out, h, id as u64).and(done(0))
+        }
+        Opcode::CloseSlab => {
+            ctx.registry.close(ctx.borrower, h.slab)?;
+            ok(out, h, 0)?;
+            Ok(Outcome::Closed(h.slab))
+        }
+        Opcode::Stat => stat(ctx, h, out).and(done(0)),
+        _ => {
+            let slab = slab.ok_or(Status::NoSuchSlab)?;
+            data_op(op, h, payload, slab, out)?;
+            done(h.count as u64)
+        }
+    }
+}
+
+fn data_op(
+    op: Opcode,
+    h: &ReqHeader,
+    payload: &[u8],
+    slab: &Slab,
+    out: &mut Vec<u8>,
+) -> Result<(), Status> {
+    let store = &slab.store;
+    let st = |e: StoreError| store_status(&e);
+    match op {
+        Opcode::Read => read_reply(out, h, |buf| store.read(&mut [ReadOp { page: h.page, buf }])),
+        Opcode::ReadV => {
+            let pages = indices(payload, h.count);
+            read_reply(out, h, |buf| {
+                let mut ops: Vec<ReadOp> = buf
+                    .chunks_exact_mut(PAGE_SIZE)
+                    .zip(pages)
+                    .map(|(buf, page)| ReadOp { page, buf })
+                    .collect();
+                store.read(&mut ops)
+            })
+        }
+        Opcode::Write => {
+            store.write(&[WriteOp { page: h.page, data: payload }]).map_err(st)?;
+            ok(out, h, 0)
+        }
+        Opcode::WriteV => {
+            let (idx, data) = payload.split_at(h.count as usize * 8);
+            let ops: Vec<WriteOp> = data
+                .chunks_exact(PAGE_SIZE)
+                .zip(indices(idx, h.count))
+                .map(|(data, page)| WriteOp { page, data })
+                .collect();
+            store.write(&ops).map_err(st)?;
+            ok(out, h, 0)
+        }
+        Opcode::Discard => {
+            store.discard(h.page, h.count as u64).map_err(st)?;
+            ok(out, h, 0)
+        }
+        Opcode::Flush => {
+            store.flush().map_err(st)?;
+            ok(out, h, 0)
+        }
+        Opcode::SlabInfo => ok(out, h, slab.pages),
+        Opcode::Ping | Opcode::OpenSlab | Opcode::CloseSlab | Opcode::Stat => {
+            unreachable!("served by dispatch")
+        }
+    }
+}
+
+/// The page indices of a READV/WRITEV payload (validated to hold `count`).
+fn indices(b: &[u8], count: u32) -> impl Iterator<Item = u64> + '_ {
+    b.chunks_exact(8).take(count as usize).map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+}
+
+fn ok(out: &mut Vec<u8>, h: &ReqHeader, value: u64) -> Result<(), Status> {
+    let reply = RepHeader { value, ..RepHeader::status(Status::Ok, h.tag, h.seq) };
+    out.extend_from_slice(&reply.encode());
+    Ok(())
+}
+
+/// Append a reply header and `count` pages filled by `fill` straight into the
+/// output buffer (one copy, store to socket buffer); on failure nothing of it
+/// stays in `out`.
+fn read_reply(
+    out: &mut Vec<u8>,
+    h: &ReqHeader,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), StoreError>,
+) -> Result<(), Status> {
+    let at = out.len();
+    let len_bytes = h.count as usize * PAGE_SIZE;
+    out.resize(at + REP_HEADER_LEN + len_bytes, 0);
+    let (head, data) = out[at..].split_at_mut(REP_HEADER_LEN);
+    if let Err(e) = fill(data) {
+        out.truncate(at);
+        return Err(store_status(&e));
+    }
+    let reply = RepHeader {
+        payload_len: len_bytes as u32,
+        payload_crc: page::payload_crc(data),
+        ..RepHeader::status(Status::Ok, h.tag, h.seq)
+    };
+    head.copy_from_slice(&reply.encode());
+    Ok(())
+}
+
+fn stat(ctx: &Ctx, h: &ReqHeader, out: &mut Vec<u8>) -> Result<(), Status> {
+    let u = ctx.registry.usage(ctx.borrower);
+    let body = StatReply {
+        lend_pages: u.lend_pages,
+        free_pages: u.free_pages,
+        borrower_slabs: u.borrower_slabs,
+        borrower_pages: u.borrower_pages,
+    }
+    .encode();
+    let reply = RepHeader {
+        payload_len: body.len() as u32,
+        payload_crc: page::payload_crc(&body),
+        ..RepHeader::status(Status::Ok, h.tag, h.seq)
+    };
+    out.extend_from_slice(&reply.encode());
+    out.extend_from_slice(&body);
+    Ok(())
+}

@@ -1,0 +1,231 @@
+//! Who holds which slabs, and how much of the lent budget is promised.
+//!
+//! Slabs belong to a borrower id. A connection can only reach the slabs of the
+//! borrower it authenticated as: slab ids are looked up in that borrower's own
+//! table, so one borrower can never name another's slab. Slabs outlive a
+//! dropped connection for a grace period, so a reconnecting borrower finds
+//! its pages again; after that they are freed.
+
+use memlend_store::{PageStore, StoreResult};
+use memlend_wire::page::{limits, Status};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub type BorrowerId = [u8; 16];
+
+/// Makes the store behind a new slab of the given number of pages.
+pub type SlabFactory = Arc<dyn Fn(u64) -> StoreResult<Arc<dyn PageStore>> + Send + Sync>;
+
+pub struct Slab {
+    pub store: Arc<dyn PageStore>,
+    pub pages: u64,
+    closed: AtomicBool,
+}
+
+impl Slab {
+    /// False once the slab is closed; connections that cached it must drop it.
+    pub fn is_open(&self) -> bool {
+        !self.closed.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Default)]
+struct Borrower {
+    slabs: HashMap<u32, Arc<Slab>>,
+    next_slab_id: u32,
+    connections: usize,
+    orphaned_at: Option<Instant>,
+}
+
+impl Borrower {
+    fn pages(&self) -> u64 {
+        self.slabs.values().map(|s| s.pages).sum()
+    }
+}
+
+pub struct Registry {
+    lend_pages: u64,
+    factory: SlabFactory,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    promised_pages: u64,
+    borrowers: HashMap<BorrowerId, Borrower>,
+}
+
+/// What STAT reports about the donor and one borrower.
+pub struct Usage {
+    pub lend_pages: u64,
+    pub free_pages: u64,
+    pub borrower_slabs: u32,
+    pub borrower_pages: u64,
+}
+
+impl Registry {
+    pub fn new(lend_pages: u64, factory: SlabFactory) -> Self {
+        Registry { lend_pages, factory, inner: Mutex::new(Inner::default()) }
+    }
+
+    pub fn lend_pages(&self) -> u64 {
+        self.lend_pages
+    }
+
+    /// A connection for `id` begins.
+    pub fn attach(&self, id: BorrowerId) {
+        let mut inner = self.inner.lock();
+        let b = inner.borrowers.entry(id).or_default();
+        b.connections += 1;
+        b.orphaned_at = None;
+    }
+
+    /// A connection for `id` ends; its slabs start their grace period when it
+    /// was the last one.
+    pub fn detach(&self, id: BorrowerId) {
+        let mut inner = self.inner.lock();
+        if let Some(b) = inner.borrowers.get_mut(&id) {
+            b.connections = b.connections.saturating_sub(1);
+            if b.connections == 0 {
+                b.orphaned_at = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Promise `pages` of the budget to a new slab of borrower `id`.
+    pub fn open(&self, id: BorrowerId, pages: u64) -> Result<u32, Status> {
+        if pages == 0 {
+            return Err(Status::BadLength);
+        }
+        let mut inner = self.inner.lock();
+        if pages > self.lend_pages - inner.promised_pages {
+            return Err(Status::NoSpace);
+        }
+        let b = inner.borrowers.entry(id).or_default();
+        if b.slabs.len() >= limits::MAX_SLABS_PER_BORROWER as usize {
+            return Err(Status::TooManySlabs);
+        }
+        // The store is made under the lock: slab opens are rare (control
+        // plane speed) and this keeps the budget check and the grant atomic.
+        let store = (self.factory)(pages).map_err(|e| {
+            tracing::warn!(pages, error = %e, "cannot make slab store");
+            Status::NoSpace
+        })?;
+        b.next_slab_id = b.next_slab_id.wrapping_add(1).max(1);
+        let slab_id = b.next_slab_id;
+        b.slabs.insert(slab_id, Arc::new(Slab { store, pages, closed: AtomicBool::new(false) }));
+        inner.promised_pages += pages;
+        Ok(slab_id)
+    }
+
+    pub fn get(&self, id: BorrowerId, slab: u32) -> Option<Arc<Slab>> {
+        self.inner.lock().borrowers.get(&id)?.slabs.get(&slab).cloned()
+    }
+
+    /// Close a slab: free its memory now and return its pages to the budget.
+    pub fn close(&self, id: BorrowerId, slab: u32) -> Result<(), Status> {
+        let mut inner = self.inner.lock();
+        let b = inner.borrowers.get_mut(&id).ok_or(Status::NoSuchSlab)?;
+        let s = b.slabs.remove(&slab).ok_or(Status::NoSuchSlab)?;
+        inner.promised_pages -= s.pages;
+        drop(inner);
+        retire(&s);
+        Ok(())
+    }
+
+    pub fn usage(&self, id: BorrowerId) -> Usage {
+        let inner = self.inner.lock();
+        let (slabs, pages) =
+            inner.borrowers.get(&id).map(|b| (b.slabs.len() as u32, b.pages())).unwrap_or((0, 0));
+        Usage {
+            lend_pages: self.lend_pages,
+            free_pages: self.lend_pages - inner.promised_pages,
+            borrower_slabs: slabs,
+            borrower_pages: pages,
+        }
+    }
+
+    /// Free the slabs of borrowers that have had no connection for `grace`.
+    /// Returns how many borrowers were reaped.
+    pub fn reap_orphans(&self, grace: Duration) -> usize {
+        let mut inner = self.inner.lock();
+        let expired: Vec<BorrowerId> = inner
+            .borrowers
+            .iter()
+            .filter(|(_, b)| b.orphaned_at.is_some_and(|t| t.elapsed() >= grace))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut retired = Vec::new();
+        for id in &expired {
+            let b = inner.borrowers.remove(id).expect("listed above");
+            inner.promised_pages -= b.pages();
+            retired.extend(b.slabs.into_values());
+        }
+        drop(inner);
+        for s in &retired {
+            retire(s);
+        }
+        if !expired.is_empty() {
+            tracing::info!(
+                borrowers = expired.len(),
+                slabs = retired.len(),
+                "reaped orphaned slabs"
+            );
+        }
+        expired.len()
+    }
+}
+
+/// Mark a slab closed and free its memory at once: a connection that still
+/// caches it sees it closed and drops it, so the memory is not held twice.
+fn retire(s: &Slab) {
+    s.closed.store(true, Ordering::Release);
+    if let Err(e) = s.store.discard(0, s.pages) {
+        tracing::warn!(error = %e, "discard of a closed slab failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memlend_store::ram::{RamOptions, RamStore};
+
+    fn registry(pages: u64) -> Registry {
+        let factory: SlabFactory = Arc::new(|p| {
+            let s: Arc<dyn PageStore> = Arc::new(RamStore::new(p, RamOptions::default())?);
+            Ok(s)
+        });
+        Registry::new(pages, factory)
+    }
+
+    #[test]
+    fn budget_is_enforced_and_returned() {
+        let r = registry(100);
+        let a = r.open([1; 16], 60).unwrap();
+        assert_eq!(r.open([2; 16], 41), Err(Status::NoSpace));
+        let b = r.open([2; 16], 40).unwrap();
+        assert_eq!(r.usage([1; 16]).free_pages, 0);
+        r.close([1; 16], a).unwrap();
+        assert_eq!(r.usage([1; 16]).free_pages, 60);
+        assert_eq!(r.close([1; 16], b), Err(Status::NoSuchSlab), "another borrower's slab");
+        assert!(r.get([1; 16], b).is_none());
+        assert!(r.get([2; 16], b).is_some());
+    }
+
+    #[test]
+    fn orphans_are_reaped_only_after_grace_and_only_without_connections() {
+        let r = registry(10);
+        r.attach([1; 16]);
+        r.open([1; 16], 10).unwrap();
+        assert_eq!(r.reap_orphans(Duration::ZERO), 0, "still connected");
+        r.detach([1; 16]);
+        assert_eq!(r.reap_orphans(Duration::from_secs(60)), 0, "within grace");
+        r.attach([1; 16]);
+        r.detach([1; 16]);
+        assert_eq!(r.reap_orphans(Duration::ZERO), 1);
+        assert_eq!(r.usage([1; 16]).free_pages, 10);
+    }
+}
