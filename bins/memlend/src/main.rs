@@ -1,2 +1,45 @@
-//! The memlend command line
-fn main() {}
+//! `memlend`: the command line. Talks to donors and to the local daemon.
+
+mod bench;
+mod donor;
+mod verify;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(version, about = "memlend: use more memory than this machine has")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Write a fresh cluster key file (mode 0600).
+    Keygen { file: PathBuf },
+    /// Show a donor's budget and this borrower's slabs.
+    Status(donor::DonorArgs),
+    /// Write a pattern to a donor, read it back and compare every byte.
+    Verify(verify::VerifyArgs),
+    /// Measure the page protocol: pages/s and latency, pipelined.
+    Bench(bench::BenchArgs),
+}
+
+fn main() {
+    memlend_node::logging::init();
+    let cli = Cli::parse();
+    let result: Result<()> = match cli.cmd {
+        Cmd::Keygen { file } => memlend_node::keyfile::generate(&file).map(|_| {
+            println!("wrote a new cluster key to {} (mode 0600)", file.display());
+        }),
+        Cmd::Status(a) => donor::status(&a),
+        Cmd::Verify(a) => verify::run(&a),
+        Cmd::Bench(a) => bench::run(&a),
+    };
+    if let Err(e) = result {
+        eprintln!("memlend: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -191,6 +191,12 @@ impl Conn {
         Ok(h)
     }
 
+    /// Reply bytes already received and not yet consumed: when this holds a
+    /// whole header, `recv` will not block.
+    pub fn buffered_bytes(&self) -> usize {
+        self.rend - self.rstart
+    }
+
     /// The payload of the last reply received without a destination.
     pub fn scratch(&self) -> &[u8] {
         &self.scratch

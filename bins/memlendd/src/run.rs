@@ -1,0 +1,133 @@
+use crate::args::Args;
+use anyhow::{bail, Context, Result};
+use memlend_node::{keyfile, meminfo, size::human};
+use memlend_server::lifecycle::Shutdown;
+use memlend_server::page::{PageServer, PageServerConfig, Registry, SlabFactory};
+use memlend_store::ram::{RamOptions, RamStore};
+use memlend_store::{PageStore, PAGE_SIZE};
+use std::net::TcpListener;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+pub fn run(args: Args) -> Result<()> {
+    let lend_bytes = args.lend * PAGE_SIZE as u64;
+    meminfo::check_lend(lend_bytes, &meminfo::Memory::read()?)?;
+    if args.mlock {
+        meminfo::check_mlock(lend_bytes)?;
+    }
+    let key = match (&args.key, args.insecure) {
+        (Some(path), _) => Some(keyfile::load(path)?),
+        (None, true) => {
+            tracing::warn!(
+                "running INSECURE: no cluster key, any client may borrow and read pages"
+            );
+            None
+        }
+        (None, false) => {
+            bail!("give --key FILE (make one with `memlend keygen FILE`) or --insecure")
+        }
+    };
+    let ram = RamOptions { prealloc: args.prealloc, mlock: args.mlock };
+    let exports = nbd_exports(&args)?;
+    let export_pages: u64 = exports.iter().map(|(_, p)| p).sum();
+    if export_pages > args.lend {
+        bail!(
+            "the exports need {} but --lend is {}",
+            human(export_pages * 4096),
+            human(lend_bytes)
+        );
+    }
+    let factory: SlabFactory = Arc::new(move |pages| {
+        let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, ram)?);
+        Ok(s)
+    });
+    let registry = Registry::new(args.lend - export_pages, factory);
+    let cfg = PageServerConfig {
+        key,
+        max_connections: args.max_connections,
+        orphan_grace: Duration::from_secs(args.orphan_grace_s),
+        ..PageServerConfig::default()
+    };
+    let server = PageServer::new(cfg, registry);
+    let shutdown = Shutdown::new();
+    let listener = TcpListener::bind(args.listen)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        lend = %human(lend_bytes),
+        slabs = %human((args.lend - export_pages) * 4096),
+        mlock = args.mlock,
+        prealloc = args.prealloc,
+        "lending"
+    );
+    let mut threads = vec![spawn("page-accept", {
+        let (server, shutdown) = (Arc::clone(&server), shutdown.clone());
+        move || server.serve(listener, shutdown)
+    })?];
+    if let Some(addr) = args.nbd {
+        threads.push(crate::run::start_nbd(addr, &exports, ram, &args, shutdown.clone())?);
+    }
+    wait_for_signal()?;
+    tracing::info!("stopping");
+    shutdown.stop();
+    for t in threads {
+        let _ = t.join();
+    }
+    let st = server.stats();
+    tracing::info!(
+        requests = st.requests.load(Relaxed),
+        pages_read = st.pages_read.load(Relaxed),
+        pages_written = st.pages_written.load(Relaxed),
+        errors = st.errors.load(Relaxed),
+        "stopped"
+    );
+    Ok(())
+}
+
+fn nbd_exports(args: &Args) -> Result<Vec<(String, u64)>> {
+    if args.nbd.is_none() {
+        if !args.exports.is_empty() {
+            bail!("--export needs --nbd ADDR");
+        }
+        return Ok(Vec::new());
+    }
+    if args.exports.is_empty() {
+        return Ok(vec![("memlend".to_string(), args.lend)]);
+    }
+    Ok(args.exports.clone())
+}
+
+fn spawn(
+    name: &str,
+    f: impl FnOnce() -> std::io::Result<()> + Send + 'static,
+) -> Result<JoinHandle<()>> {
+    let what = name.to_string();
+    Ok(thread::Builder::new().name(name.into()).spawn(move || {
+        if let Err(e) = f() {
+            tracing::error!(service = %what, error = %e, "service failed");
+        }
+    })?)
+}
+
+/// Block until SIGTERM or SIGINT.
+fn wait_for_signal() -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "signal received");
+    }
+    Ok(())
+}
+
+pub fn start_nbd(
+    addr: std::net::SocketAddr,
+    exports: &[(String, u64)],
+    ram: RamOptions,
+    args: &Args,
+    shutdown: Shutdown,
+) -> Result<JoinHandle<()>> {
+    let _ = (addr, exports, ram, args, shutdown);
+    bail!("the NBD export is not wired in yet")
+}
