@@ -52,6 +52,11 @@ impl Conn {
         Ok(conn)
     }
 
+    /// A second handle on the socket, for tests that speak raw frames.
+    pub fn try_clone_stream(&self) -> io::Result<TcpStream> {
+        self.stream.try_clone()
+    }
+
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }

@@ -6,6 +6,7 @@ use memlend_store::{StoreResult, WriteOp, PAGE_SIZE};
 use memlend_wire::page::{Opcode, ReqHeader, StatReply, Status};
 use parking_lot::{Condvar, Mutex};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Bytes of write payload queued per connection before it must drain
@@ -19,6 +20,7 @@ pub struct RemoteStore {
     pages: u64,
     pool: Mutex<Pool>,
     freed: Condvar,
+    reconnects: AtomicU64,
 }
 
 struct Pool {
@@ -51,7 +53,8 @@ impl RemoteStore {
             .map_err(|_| ClientError::Protocol(format!("slab id {slab} out of range")))?;
         tracing::debug!(%addr, slab, pages, "slab opened");
         let pool = Pool { idle: vec![conn], open: 1 };
-        Ok(RemoteStore { addr, cfg, slab, pages, pool: Mutex::new(pool), freed: Condvar::new() })
+        let (pool, freed, reconnects) = (Mutex::new(pool), Condvar::new(), AtomicU64::new(0));
+        Ok(RemoteStore { addr, cfg, slab, pages, pool, freed, reconnects })
     }
 
     pub fn slab(&self) -> u32 {
@@ -60,6 +63,11 @@ impl RemoteStore {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Connections replaced after a transport failure, since open.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
     }
 
     /// The donor's view of its budget and of this borrower.
@@ -89,6 +97,7 @@ impl RemoteStore {
                 Err(e) if e.is_transport() && attempt < self.cfg.max_retries => {
                     tracing::warn!(addr = %self.addr, error = %e, attempt, "{what}: reconnecting");
                     self.checkin(None);
+                    self.reconnects.fetch_add(1, Ordering::Relaxed);
                     attempt += 1;
                     std::thread::sleep(Duration::from_millis(10 << attempt));
                 }
@@ -273,5 +282,15 @@ impl Drop for RemoteStore {
         if let Some(Err(e)) = closed {
             tracing::debug!(addr = %self.addr, slab, error = %e, "close slab failed");
         }
+    }
+}
+
+impl std::fmt::Debug for RemoteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteStore")
+            .field("addr", &self.addr)
+            .field("slab", &self.slab)
+            .field("pages", &self.pages)
+            .finish()
     }
 }

@@ -15,6 +15,8 @@ pub enum FrameError {
     BadFlags(u32),
     #[error("{what}: {got} is more than the limit of {limit}")]
     TooLarge { what: &'static str, got: u64, limit: u64 },
+    #[error("batch of {got} pages: must be 1 to {limit}")]
+    BadBatch { got: u64, limit: u64 },
     #[error("{what}: payload of {got} bytes, expected {expected}")]
     BadLength { what: &'static str, got: u64, expected: u64 },
     #[error("frame truncated: {got} of {need} bytes")]
@@ -28,7 +30,8 @@ impl FrameError {
             FrameError::BadHeaderCrc { .. } => Status::BadHeaderCrc,
             FrameError::UnknownOpcode(_) => Status::UnknownOpcode,
             FrameError::BadFlags(_) => Status::BadFlags,
-            FrameError::TooLarge { .. } => Status::BatchTooLarge,
+            FrameError::TooLarge { .. } => Status::BadLength,
+            FrameError::BadBatch { .. } => Status::BatchTooLarge,
             FrameError::BadLength { .. } => Status::BadLength,
         }
     }

@@ -103,7 +103,7 @@ impl ReqHeader {
         let batched = matches!(op, Opcode::Read | Opcode::Write | Opcode::ReadV | Opcode::WriteV);
         if batched && (self.count == 0 || self.count > max_batch_pages) {
             let (got, limit) = (self.count as u64, max_batch_pages as u64);
-            return Err(FrameError::TooLarge { what: "count", got, limit });
+            return Err(FrameError::BadBatch { got, limit });
         }
         let expected = Self::expected_payload(op, self.count);
         if self.payload_len as u64 != expected {
@@ -187,9 +187,9 @@ mod tests {
         h.payload_len = 4096;
         assert!(matches!(h.validate(256), Err(FrameError::BadLength { .. })));
         h.count = 257;
-        assert!(matches!(h.validate(256), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(h.validate(256), Err(FrameError::BadBatch { .. })));
         h.count = 0;
-        assert!(matches!(h.validate(256), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(h.validate(256), Err(FrameError::BadBatch { .. })));
         let unknown = ReqHeader { opcode: 200, ..h };
         assert_eq!(unknown.validate(256), Err(FrameError::UnknownOpcode(200)));
     }
