@@ -6,6 +6,7 @@
 //! over every request that arrived together.
 
 use super::ops::{serve_request, Outcome};
+use super::out_buf::{self, OutBuf};
 use super::registry::{BorrowerId, Registry, Slab};
 use super::stats::{ConnCounters, ServerStats};
 use memlend_wire::page::{limits, RepHeader, ReqHeader, FATAL_TAG, REQ_HEADER_LEN};
@@ -15,8 +16,6 @@ use std::sync::Arc;
 
 /// Room for one largest frame plus a batch of small ones.
 const IN_BUF_BYTES: usize = REQ_HEADER_LEN + limits::MAX_PAYLOAD_BYTES as usize + (256 << 10);
-/// Send buffered replies once they reach this size, even mid-batch.
-const OUT_FLUSH_BYTES: usize = 256 << 10;
 /// Slabs a connection remembers without asking the registry.
 const SLAB_CACHE_LEN: usize = 16;
 
@@ -29,7 +28,7 @@ pub struct Conn<'a> {
     inb: Vec<u8>,
     start: usize,
     end: usize,
-    out: Vec<u8>,
+    out: OutBuf,
     cache: Vec<(u32, Arc<Slab>)>,
     counters: ConnCounters,
 }
@@ -60,7 +59,7 @@ impl<'a> Conn<'a> {
             inb: vec![0; IN_BUF_BYTES],
             start: 0,
             end: 0,
-            out: Vec::with_capacity(OUT_FLUSH_BYTES + limits::MAX_REPLY_PAYLOAD_BYTES as usize),
+            out: OutBuf::new(),
             cache: Vec::with_capacity(SLAB_CACHE_LEN),
             counters: ConnCounters::default(),
         }
@@ -90,7 +89,7 @@ impl<'a> Conn<'a> {
                 Ok(h) => h,
                 Err(e) => {
                     let reply = RepHeader::status(e.status(), FATAL_TAG, 0);
-                    self.out.extend_from_slice(&reply.encode());
+                    self.out.push(&reply.encode());
                     return Err(e.into());
                 }
             };
@@ -101,7 +100,7 @@ impl<'a> Conn<'a> {
             let payload_at = self.start + REQ_HEADER_LEN;
             self.serve(&h, payload_at..self.start + frame_len);
             self.start += frame_len;
-            if self.out.len() >= OUT_FLUSH_BYTES {
+            if self.out.len() >= out_buf::FLUSH_BYTES {
                 self.flush()?;
             }
         }
@@ -141,7 +140,7 @@ impl<'a> Conn<'a> {
 
     fn flush(&mut self) -> io::Result<()> {
         if !self.out.is_empty() {
-            self.stream.write_all(&self.out)?;
+            self.stream.write_all(self.out.as_slice())?;
             self.out.clear();
         }
         Ok(())

@@ -8,6 +8,7 @@
 mod conn;
 mod handshake;
 mod ops;
+mod out_buf;
 mod registry;
 mod stats;
 

@@ -1,6 +1,7 @@
 //! Serving one decoded request: bounds, slab lookup, the store call, and the
 //! reply appended to the connection's output buffer.
 
+use super::out_buf::OutBuf;
 use super::registry::{BorrowerId, Registry, Slab};
 use memlend_store::{ReadOp, StoreError, WriteOp, PAGE_SIZE};
 use memlend_wire::page::{self, Opcode, RepHeader, ReqHeader, StatReply, Status, REP_HEADER_LEN};
@@ -34,13 +35,13 @@ pub fn serve_request(
     h: &ReqHeader,
     payload: &[u8],
     slab: Option<&Slab>,
-    out: &mut Vec<u8>,
+    out: &mut OutBuf,
 ) -> Outcome {
     let result = dispatch(ctx, h, payload, slab, out);
     match result {
         Ok(outcome) => outcome,
         Err(status) => {
-            out.extend_from_slice(&RepHeader::status(status, h.tag, h.seq).encode());
+            out.push(&RepHeader::status(status, h.tag, h.seq).encode());
             Outcome::Failed(status)
         }
     }
@@ -51,7 +52,7 @@ fn dispatch(
     h: &ReqHeader,
     payload: &[u8],
     slab: Option<&Slab>,
-    out: &mut Vec<u8>,
+    out: &mut OutBuf,
 ) -> Result<Outcome, Status> {
     let op = h.validate(ctx.max_batch_pages).map_err(|e| e.status())?;
     if h.payload_len > 0 && page::payload_crc(payload) != h.payload_crc {
@@ -84,7 +85,7 @@ fn data_op(
     h: &ReqHeader,
     payload: &[u8],
     slab: &Slab,
-    out: &mut Vec<u8>,
+    out: &mut OutBuf,
 ) -> Result<(), Status> {
     let store = &slab.store;
     let st = |e: StoreError| store_status(&e);
@@ -135,9 +136,9 @@ fn indices(b: &[u8], count: u32) -> impl Iterator<Item = u64> + '_ {
     b.chunks_exact(8).take(count as usize).map(|c| u64::from_le_bytes(c.try_into().unwrap()))
 }
 
-fn ok(out: &mut Vec<u8>, h: &ReqHeader, value: u64) -> Result<(), Status> {
+fn ok(out: &mut OutBuf, h: &ReqHeader, value: u64) -> Result<(), Status> {
     let reply = RepHeader { value, ..RepHeader::status(Status::Ok, h.tag, h.seq) };
-    out.extend_from_slice(&reply.encode());
+    out.push(&reply.encode());
     Ok(())
 }
 
@@ -145,14 +146,13 @@ fn ok(out: &mut Vec<u8>, h: &ReqHeader, value: u64) -> Result<(), Status> {
 /// output buffer (one copy, store to socket buffer); on failure nothing of it
 /// stays in `out`.
 fn read_reply(
-    out: &mut Vec<u8>,
+    out: &mut OutBuf,
     h: &ReqHeader,
     fill: impl FnOnce(&mut [u8]) -> Result<(), StoreError>,
 ) -> Result<(), Status> {
     let at = out.len();
     let len_bytes = h.count as usize * PAGE_SIZE;
-    out.resize(at + REP_HEADER_LEN + len_bytes, 0);
-    let (head, data) = out[at..].split_at_mut(REP_HEADER_LEN);
+    let (head, data) = out.grow(REP_HEADER_LEN + len_bytes).split_at_mut(REP_HEADER_LEN);
     if let Err(e) = fill(data) {
         out.truncate(at);
         return Err(store_status(&e));
@@ -166,7 +166,7 @@ fn read_reply(
     Ok(())
 }
 
-fn stat(ctx: &Ctx, h: &ReqHeader, out: &mut Vec<u8>) -> Result<(), Status> {
+fn stat(ctx: &Ctx, h: &ReqHeader, out: &mut OutBuf) -> Result<(), Status> {
     let u = ctx.registry.usage(ctx.borrower);
     let body = StatReply {
         lend_pages: u.lend_pages,
@@ -180,7 +180,7 @@ fn stat(ctx: &Ctx, h: &ReqHeader, out: &mut Vec<u8>) -> Result<(), Status> {
         payload_crc: page::payload_crc(&body),
         ..RepHeader::status(Status::Ok, h.tag, h.seq)
     };
-    out.extend_from_slice(&reply.encode());
-    out.extend_from_slice(&body);
+    out.push(&reply.encode());
+    out.push(&body);
     Ok(())
 }
