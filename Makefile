@@ -1,0 +1,36 @@
+# memlend: two commands.
+#   make demo   set up, build, and run the main job
+#   make test   set up, and run the whole test suite
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: demo test setup build lint bench bench-nbd bench-proto clean
+
+demo: setup build
+	scripts/demo.sh
+
+test: setup lint
+	@mkdir -p target
+	set -o pipefail; cargo test --workspace --release 2>&1 | tee target/test.log
+	@scripts/test-summary.sh target/test.log
+
+setup:
+	@scripts/setup.sh
+
+build:
+	cargo build --release --workspace
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets --release -- -D warnings
+
+bench: bench-proto bench-nbd
+
+bench-proto: setup build
+	/usr/bin/python3 bench/proto.py
+
+bench-nbd: setup build
+	/usr/bin/python3 bench/nbd_fio.py
+
+clean:
+	cargo clean

@@ -1,0 +1,104 @@
+#!/usr/bin/python3
+"""Native page-protocol benchmark: pages/s and latency for 1 and 4
+connections with 1 and 32 requests in flight, reads and writes, plus 16-page
+requests; and, in the same run, the loopback floors it is judged against
+(TCP request/response with the same sizes, and TCP stream bandwidth).
+
+Starts its own memlendd and stops it on every exit path. Writes
+bench/results/proto.json and bench/results/proto.png.
+
+usage: bench/proto.py [--secs S] [--quick]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+ROOT = common.ROOT
+PAGES_PER_S_AT_TCP_STREAM = lambda gbit: gbit * 1e9 / 8 / 4096  # noqa: E731
+
+
+def floors(secs):
+    nb = common.build_floor_tool("net_bench")
+    if nb is None:
+        return {}
+    out = {}
+    rr = subprocess.run([nb, "rr", "tcp", "48", "4136", "50000", "1", "none"],
+                        capture_output=True, text=True, check=True).stdout
+    out["tcp_rr_4k_p50_us"] = common.grab(rr, r"p50=([\d.]+)us")
+    out["tcp_rr_4k_ops_per_s"] = common.grab(rr, r"(\d+) ops/s")
+    st = subprocess.run([nb, "stream", "tcp", "131072", str(int(max(2, secs))), "none"],
+                        capture_output=True, text=True, check=True).stdout
+    out["tcp_stream_gbit_per_s"] = common.grab(st, r"([\d.]+) Gbit/s")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--secs", type=float, default=5.0)
+    ap.add_argument("--quick", action="store_true", help="fewer points, 2 s each")
+    a = ap.parse_args()
+    secs = 2.0 if a.quick else a.secs
+    port = common.free_port()
+    donor = f"127.0.0.1:{port}"
+    points = [(op, c, d, 1) for op in ("read", "write") for c in (1, 4) for d in (1, 32)]
+    points += [("read", 4, 32, 16), ("write", 4, 32, 16)]
+    if a.quick:
+        points = [p for p in points if p[2] == 32]
+    rows = []
+    load_before = os.getloadavg()[0]
+    with common.Daemon(["--lend", "3G", "--listen", donor, "--insecure"]):
+        for op, conns, depth, ppr in points:
+            cmd = [common.bin_path("memlend"), "bench", "--insecure", "--donor", donor,
+                   "--op", op, "--conns", str(conns), "--depth", str(depth),
+                   "--pages-per-req", str(ppr), "--slab", "128M", "--secs", str(secs), "--json"]
+            r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+            rows.append(r)
+    fl = floors(secs)
+    stream_pages = PAGES_PER_S_AT_TCP_STREAM(fl["tcp_stream_gbit_per_s"]) if fl else None
+    table = []
+    for r in rows:
+        ratio = r["pages_per_s"] / stream_pages if stream_pages else None
+        table.append({
+            "op": r["op"], "conns": r["conns"], "depth": r["depth"], "pages/req": r["pages_per_req"],
+            "pages/s": round(r["pages_per_s"]), "Gbit/s": round(r["gbit_per_s"], 2),
+            "p50 us": round(r["latency_us_p50"], 1), "p99 us": round(r["latency_us_p99"], 1),
+            "vs TCP stream": round(ratio, 2) if ratio else None,
+        })
+    common.print_table("page protocol over TCP loopback", table)
+    if fl:
+        print(f"floors, same run: TCP 48 B / 4 KiB request-reply p50 {fl['tcp_rr_4k_p50_us']} us "
+              f"({fl['tcp_rr_4k_ops_per_s']:.0f}/s at depth 1); TCP stream "
+              f"{fl['tcp_stream_gbit_per_s']} Gbit/s = {stream_pages:.0f} pages/s")
+        qd1 = [r for r in rows if r["op"] == "read" and r["conns"] == 1 and r["depth"] == 1]
+        if qd1:
+            ratio = qd1[0]["latency_us_p50"] / fl["tcp_rr_4k_p50_us"]
+            print(f"read QD1 p50 / TCP request-reply p50 = {ratio:.2f}")
+    print(f"load average at start: {load_before:.2f}")
+    result = {"bench": "proto", "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "secs": secs,
+              "load_avg_1m_start": load_before, "floors": fl, "rows": rows}
+    common.write_json("proto", result)
+    plot(rows, stream_pages)
+
+
+def plot(rows, stream_pages):
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    labels = [f"{r['op']}\n{r['conns']}x{r['depth']}\n{r['pages_per_req']}p" for r in rows]
+    ax.bar(range(len(rows)), [r["pages_per_s"] / 1e3 for r in rows], color="#3b7dd8")
+    if stream_pages:
+        ax.axhline(stream_pages / 1e3, color="#d83b3b", ls="--", label="TCP stream floor (same run)")
+        ax.legend()
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_ylabel("thousand pages/s")
+    ax.set_title("memlend page protocol, 4 KiB pages, loopback (conns x depth, pages/request)")
+    common.save_plot(fig, "proto")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install what memlend needs to build, test, demo and benchmark, on Debian.
+# Idempotent: packages already present are not reinstalled, and a second run
+# does nothing but check.
+set -euo pipefail
+
+APT_PACKAGES=(
+  build-essential pkg-config libclang-dev   # Rust crates with C parts
+  fio nbdkit libnbd-bin qemu-utils          # real NBD peers and clients
+  python3 python3-matplotlib python3-numpy  # benchmark tables and plots
+  iproute2 procps psmisc                    # lab networking, process tools
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Rust: the stable toolchain from rustup (Debian's rustc is too old for the
+# crates we use). rust-toolchain.toml pins the channel and components.
+if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found. Install Rust with rustup (https://rustup.rs), then run this again." >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+echo "setup: ok ($(cargo --version), $(fio --version), nbdkit $(nbdkit --version | awk '{print $2}'))"
