@@ -19,6 +19,8 @@ pub struct Offer {
 /// Why a handshake failed; logged by the caller with the peer's address.
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
+    #[error("peer closed before sending HELLO")]
+    Silent,
     #[error("I/O during handshake: {0}")]
     Io(#[from] io::Error),
     #[error("malformed handshake frame: {0}")]
@@ -43,7 +45,12 @@ pub fn accept<S: Read + Write>(
     offer: &Offer,
 ) -> Result<Session, HandshakeError> {
     let mut buf = [0u8; Hello::LEN];
-    stream.read_exact(&mut buf)?;
+    let mut first = [0u8; 1];
+    if stream.read(&mut first)? == 0 {
+        return Err(HandshakeError::Silent);
+    }
+    buf[0] = first[0];
+    stream.read_exact(&mut buf[1..])?;
     let hello = Hello::decode(&buf)?;
     if !(hello.version_min..=hello.version_max).contains(&page::VERSION) {
         stream.write_all(&Welcome::refused(Status::VersionUnsupported).encode())?;

@@ -103,6 +103,12 @@ impl PageServer {
         let _ = stream.set_read_timeout(Some(self.cfg.handshake_timeout));
         let session = match handshake::accept(&mut stream, self.cfg.key.as_ref(), &offer) {
             Ok(s) => s,
+            // A peer that connects and closes without a word is a probe
+            // (a health check, a port scan): not worth a warning.
+            Err(handshake::HandshakeError::Silent) => {
+                tracing::debug!(%peer, "closed before HELLO");
+                return;
+            }
             Err(e) => {
                 self.stats.handshakes_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(%peer, reason = %e, "handshake refused");

@@ -1,0 +1,97 @@
+//! The daemon as users run it: refusals with clear messages, serving, and a
+//! clean stop on SIGTERM.
+
+use memlend_remote::{ClientConfig, RemoteStore};
+use memlend_store::{PageStore, ReadOp, WriteOp, PAGE_SIZE};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_memlendd");
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+fn wait_listening(addr: SocketAddr, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "memlendd exited early");
+        assert!(Instant::now() < deadline, "memlendd did not listen on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn refusal(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    assert!(!out.status.success(), "memlendd {args:?} should refuse");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn refuses_to_lend_more_than_the_node_has() {
+    let err = refusal(&["--lend", "64T", "--insecure", "--listen", "127.0.0.1:0"]);
+    assert!(err.contains("can lend at most"), "{err}");
+}
+
+#[test]
+fn refuses_to_run_without_a_key_unless_insecure() {
+    let err = refusal(&["--lend", "16M", "--listen", "127.0.0.1:0"]);
+    assert!(err.contains("--key") && err.contains("--insecure"), "{err}");
+}
+
+#[test]
+fn refuses_a_key_file_others_can_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    std::fs::write(&key, format!("{}\n", "ab".repeat(32))).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err =
+        refusal(&["--lend", "16M", "--listen", "127.0.0.1:0", "--key", key.to_str().unwrap()]);
+    assert!(err.contains("owner only"), "{err}");
+}
+
+#[test]
+fn refuses_exports_larger_than_the_lend() {
+    let err =
+        refusal(&["--lend", "16M", "--insecure", "--nbd", "127.0.0.1:0", "--export", "a=32M"]);
+    assert!(err.contains("exports need"), "{err}");
+}
+
+#[test]
+fn serves_pages_and_stops_cleanly_on_sigterm() {
+    let addr = free_addr();
+    let mut child = Command::new(BIN)
+        .args(["--lend", "64M", "--insecure", "--listen", &addr.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listening(addr, &mut child);
+    {
+        let s = RemoteStore::open(addr, ClientConfig::new(None), 1024).unwrap();
+        let data: Vec<u8> = (0..64 * PAGE_SIZE).map(|i| (i % 251) as u8).collect();
+        s.write(&[WriteOp { page: 100, data: &data }]).unwrap();
+        let mut back = vec![0u8; data.len()];
+        s.read(&mut [ReadOp { page: 100, buf: &mut back }]).unwrap();
+        assert!(back == data);
+        let too_big = RemoteStore::open(addr, ClientConfig::new(None), 64 << 8);
+        assert!(too_big.is_err(), "a slab beyond --lend is refused");
+    }
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "memlendd did not stop within 10 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert!(status.success(), "exit status {status:?}, log:\n{log}");
+    assert!(log.contains("INSECURE"), "insecure mode is said in the log:\n{log}");
+    assert!(log.contains("pages_written=64"), "final stats are logged:\n{log}");
+}
