@@ -42,6 +42,12 @@ pub struct Args {
     #[arg(long)]
     pub prealloc: bool,
 
+    /// This donor backs swap on its own host (its NBD export is swapped on by
+    /// the same kernel): lock all its memory and mark it an I/O flusher, so a
+    /// swap-out never waits on a daemon that itself waits for memory.
+    #[arg(long)]
+    pub swap_safe: bool,
+
     /// Most page-protocol connections at once.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,

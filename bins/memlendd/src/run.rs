@@ -29,6 +29,10 @@ pub fn run(args: Args) -> Result<()> {
             bail!("give --key FILE (make one with `memlend keygen FILE`) or --insecure")
         }
     };
+    if args.swap_safe {
+        memlend_node::process::make_swap_safe()?;
+        tracing::info!("swap-safe: all memory locked, PR_SET_IO_FLUSHER set");
+    }
     let ram = RamOptions { prealloc: args.prealloc, mlock: args.mlock };
     let exports = nbd_exports(&args)?;
     let export_pages: u64 = exports.iter().map(|(_, p)| p).sum();

@@ -5,4 +5,5 @@
 pub mod keyfile;
 pub mod logging;
 pub mod meminfo;
+pub mod process;
 pub mod size;
