@@ -8,6 +8,8 @@
 //! anywhere else.
 
 mod error;
+pub mod file;
+pub mod layer;
 pub mod ram;
 
 pub use error::{StoreError, StoreResult};
