@@ -56,6 +56,9 @@ pub struct FileOptions {
     pub direct: bool,
 }
 
+/// A page store over a regular file or block device. Bad requests are
+/// refused before any I/O; an I/O error part-way through a batch may leave
+/// the runs before it written (as with any disk), and is returned.
 pub struct FileStore {
     file: File,
     pages: u64,
@@ -121,7 +124,11 @@ impl FileStore {
             Kind::Regular if !discard_frees => DISCARD_WRITE_ZEROES,
             _ => DISCARD_PUNCH,
         };
-        tracing::debug!(path = %path.display(), ?kind, pages, direct = opts.direct, mem_align_bytes, discard_frees, "file store open");
+        let direct = opts.direct;
+        tracing::debug!(
+            path = %path.display(), ?kind, pages, direct, mem_align_bytes, discard_frees,
+            "file store"
+        );
         Ok(FileStore {
             file,
             pages,
@@ -213,7 +220,7 @@ impl FileStore {
             match result {
                 Ok(()) => return Ok(()),
                 Err(e) if device::is_unsupported(&e) => {
-                    tracing::debug!(method, error = %e, "discard method unsupported; trying the next");
+                    tracing::debug!(method, error = %e, "discard method unsupported; next");
                     self.discard_method.fetch_max(method + 1, Ordering::Relaxed);
                 }
                 Err(e) => return Err(e.into()),
@@ -374,7 +381,9 @@ fn check_direct(file: &File, path: &Path, kind: Kind) -> StoreResult<usize> {
     let (mem_bytes, offset_bytes) =
         device::direct_alignment(file, kind)?.ok_or_else(|| unavailable(path, no_direct))?;
     if !mem_bytes.is_power_of_two() || mem_bytes > PAGE_SIZE || offset_bytes > PAGE_SIZE {
-        let why = format!("O_DIRECT wants {mem_bytes}-byte buffers at {offset_bytes}-byte offsets; pages are 4096");
+        let why = format!(
+            "O_DIRECT wants {mem_bytes}-byte buffers at {offset_bytes}-byte offsets; pages are 4096"
+        );
         return Err(unavailable(path, &why));
     }
     let mut probe = AlignedBuf::zeroed(PAGE_SIZE);

@@ -238,3 +238,16 @@ fn block_device_size_io_and_every_discard_way() {
         s.flush().unwrap();
     }
 }
+
+#[test]
+fn direct_alignment_is_learned_per_filesystem() {
+    for parent in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
+        let Ok(dir) = tempfile::tempdir_in(&parent) else { continue };
+        let Some(s) = create_direct(&dir.path().join("store"), 4) else { continue };
+        eprintln!("{}: O_DIRECT memory alignment {} bytes", parent.display(), s.mem_align_bytes);
+        assert!(s.mem_align_bytes.is_power_of_two() && s.mem_align_bytes <= PAGE_SIZE);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let buffered = FileStore::create(&dir.path().join("store"), 4, FileOptions::default()).unwrap();
+    assert_eq!(buffered.mem_align_bytes, 1);
+}

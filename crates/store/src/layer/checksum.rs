@@ -32,6 +32,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 /// Pages read at a time by `scan` and by the repair after a failed write.
 const SCAN_PAGES: u64 = 64;
 
+/// Wraps `S` and verifies every page read against the CRC32C it was written
+/// with; see the module documentation for the concurrency argument.
 pub struct Checksum<S> {
     inner: S,
     /// Per page: `crc32c(page) ^ zero_crc`.
@@ -112,7 +114,7 @@ impl<S: PageStore> Checksum<S> {
         for first in (page..page + count).step_by(SCAN_PAGES as usize) {
             let chunk = SCAN_PAGES.min(page + count - first);
             if let Err(e) = self.learn(first, chunk) {
-                tracing::warn!(page = first, error = %e, "cannot re-read pages after a failed update");
+                tracing::warn!(page = first, error = %e, "cannot re-read after a failed update");
             }
         }
     }
@@ -265,10 +267,8 @@ mod tests {
         let mut buf = vec![0u8; 3 * PAGE_SIZE];
         let err = s.read(&mut [ReadOp { page: 1, buf: &mut buf }]).unwrap_err();
         let (want, got) = (crc32c::crc32c(&[5u8; PAGE_SIZE]), crc32c::crc32c(&[6u8; PAGE_SIZE]));
-        assert!(
-            matches!(err, StoreError::Corrupt { page: 2, expected, actual } if expected == want && actual == got),
-            "{err}"
-        );
+        let StoreError::Corrupt { page, expected, actual } = err else { panic!("{err}") };
+        assert_eq!((page, expected, actual), (2, want, got));
         assert_eq!(s.corrupt_pages(), 1);
     }
 

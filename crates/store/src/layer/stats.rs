@@ -18,6 +18,8 @@ use std::time::Instant;
 /// 0 ns); the last bucket takes everything from 2^39 ns (about 9 minutes) up.
 const BUCKETS: usize = 40;
 
+/// Wraps `S` and counts and times everything that passes through it; read
+/// the totals with [`Stats::snapshot`].
 pub struct Stats<S> {
     inner: S,
     read: OpCounters,
