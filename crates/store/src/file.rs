@@ -259,14 +259,7 @@ impl PageStore for FileStore {
         for op in ops.iter() {
             check_run(self.pages, op.page, op.buf.len())?;
         }
-        let mut segs: Vec<(u64, &mut [u8])> = Vec::with_capacity(ops.len());
-        for op in ops.iter_mut() {
-            let pieces = op.buf.chunks_mut(IO_BYTES_MAX).enumerate();
-            segs.extend(
-                pieces.map(|(i, piece)| (op.page + (i * IO_BYTES_MAX / PAGE_SIZE) as u64, piece)),
-            );
-        }
-        segs.sort_unstable_by_key(|&(page, _)| page);
+        let mut segs = pieces(ops.iter_mut().map(|op| (op.page, op.buf.chunks_mut(IO_BYTES_MAX))));
         let mut rest = &mut segs[..];
         while !rest.is_empty() {
             let (group, tail) = rest.split_at_mut(group_len(rest));
@@ -280,14 +273,7 @@ impl PageStore for FileStore {
         for op in ops {
             check_run(self.pages, op.page, op.data.len())?;
         }
-        let mut segs: Vec<(u64, &[u8])> = Vec::with_capacity(ops.len());
-        for op in ops {
-            let pieces = op.data.chunks(IO_BYTES_MAX).enumerate();
-            segs.extend(
-                pieces.map(|(i, piece)| (op.page + (i * IO_BYTES_MAX / PAGE_SIZE) as u64, piece)),
-            );
-        }
-        segs.sort_unstable_by_key(|&(page, _)| page);
+        let segs = pieces(ops.iter().map(|op| (op.page, op.data.chunks(IO_BYTES_MAX))));
         let mut rest = &segs[..];
         while !rest.is_empty() {
             let (group, tail) = rest.split_at(group_len(rest));
@@ -309,6 +295,21 @@ impl PageStore for FileStore {
     fn flush(&self) -> StoreResult<()> {
         Ok(device::data_sync(&self.file)?)
     }
+}
+
+/// The runs of a batch as (first page, buffer) pieces of at most
+/// `IO_BYTES_MAX`, sorted by page so that runs adjacent on disk are adjacent.
+fn pieces<B, I>(runs: impl Iterator<Item = (u64, I)>) -> Vec<(u64, B)>
+where
+    I: Iterator<Item = B>,
+{
+    let mut segs = Vec::new();
+    for (page, chunks) in runs {
+        let first_page = |i: usize| page + (i * IO_BYTES_MAX / PAGE_SIZE) as u64;
+        segs.extend(chunks.enumerate().map(|(i, chunk)| (first_page(i), chunk)));
+    }
+    segs.sort_unstable_by_key(|&(page, _)| page);
+    segs
 }
 
 /// How many leading segments (sorted by page) form one vectored call: they
