@@ -82,7 +82,7 @@ pub trait PageStore: Send + Sync {
 /// Every backend calls this before touching memory: it is the bounds check
 /// that keeps a bad request from reaching past a slab.
 pub fn check_run(pages: u64, page: u64, len_bytes: usize) -> StoreResult<u64> {
-    if len_bytes == 0 || len_bytes % PAGE_SIZE != 0 {
+    if len_bytes == 0 || !len_bytes.is_multiple_of(PAGE_SIZE) {
         return Err(StoreError::Misaligned { len_bytes });
     }
     let count = (len_bytes / PAGE_SIZE) as u64;

@@ -63,5 +63,5 @@ pub fn payload_crc(payload: &[u8]) -> u32 {
 
 /// CRC32C of a list of buffers, as if concatenated (a scatter/gather payload).
 pub fn payload_crc_iov<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u32 {
-    parts.into_iter().fold(0, |crc, p| crc32c::crc32c_append(crc, p))
+    parts.into_iter().fold(0, crc32c::crc32c_append)
 }
