@@ -56,7 +56,7 @@ echo "qemu-img convert 128 MiB in, nbdcopy out: sha256 $in_sum -> $out_sum"
 fio_out=$(fio --name=demo --ioengine=nbd --uri="nbd://127.0.0.1:$nbd_port/demo" --rw=randrw \
   --rwmixread=70 --bs=4k --iodepth=32 --size="$EXPORT" --time_based --runtime=3 \
   --output-format=json 2>/dev/null)
-read -r r_iops w_iops < <(python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(int(j["read"]["iops"]), int(j["write"]["iops"]))' <<<"$fio_out")
+read -r r_iops w_iops < <(python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; print(int(j["read"]["iops"]), int(j["write"]["iops"]))' <<<"$fio_out")
 echo "fio nbd engine, 4 KiB 70/30 random, QD32: $r_iops read + $w_iops write IOPS"
 
 step "summary"

@@ -2,6 +2,7 @@ use crate::args::Args;
 use anyhow::{bail, Context, Result};
 use memlend_node::{keyfile, meminfo, size::human};
 use memlend_server::lifecycle::Shutdown;
+use memlend_server::nbd;
 use memlend_server::page::{PageServer, PageServerConfig, Registry, SlabFactory};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, PAGE_SIZE};
@@ -125,6 +126,7 @@ fn wait_for_signal() -> Result<()> {
     Ok(())
 }
 
+/// Serve the NBD exports, each a RAM store carved out of the lent budget.
 pub fn start_nbd(
     addr: std::net::SocketAddr,
     exports: &[(String, u64)],
@@ -132,6 +134,18 @@ pub fn start_nbd(
     args: &Args,
     shutdown: Shutdown,
 ) -> Result<JoinHandle<()>> {
-    let _ = (addr, exports, ram, args, shutdown);
-    bail!("the NBD export is not wired in yet")
+    let mut list = Vec::new();
+    for (name, pages) in exports {
+        let store: Arc<dyn PageStore> = Arc::new(RamStore::new(*pages, ram)?);
+        let about = format!("memlend RAM export of {}", human(pages * PAGE_SIZE as u64));
+        list.push(nbd::Export::new(name.clone(), store).description(about));
+    }
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "NBD export on a non-loopback address: NBD has no authentication here");
+    }
+    let cfg = nbd::NbdConfig { max_connections: args.max_nbd_connections, ..Default::default() };
+    let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
+    tracing::info!(nbd = %listener.local_addr()?, exports = ?names, "serving NBD");
+    spawn("nbd-accept", move || nbd::serve(listener, list, cfg, shutdown))
 }
