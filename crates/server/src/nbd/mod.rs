@@ -1,1 +1,48 @@
-//! The NBD export: a server of the NBD protocol over page stores.
+//! The NBD export: a server of the NBD protocol (fixed newstyle) over page
+//! stores, for unmodified clients (Linux `nbd-client`, qemu, libnbd, fio).
+//! `docs/nbd.md` lists what is supported and how to use it.
+//!
+//! Threads: one per connection (from `lifecycle::accept_loop`). On a fast
+//! store every request is served on that thread and replies are batched;
+//! on a slow one a small bounded pool per connection answers out of order.
+
+mod buffers;
+mod byte_io;
+mod command;
+mod config;
+mod connection;
+mod errno;
+mod error;
+mod export;
+mod framing;
+mod handshake;
+mod server;
+mod session;
+mod transmission;
+mod workers;
+
+pub use config::NbdConfig;
+pub use error::ConnError;
+pub use export::Export;
+
+use crate::lifecycle::{accept_loop, Shutdown};
+use server::Server;
+use std::io;
+use std::net::TcpListener;
+use std::sync::Arc;
+
+/// Serve `exports` on `listener` until `shutdown` stops. `exports[0]` is the
+/// default export, also served for the empty name. Fails at once (before
+/// accepting) on an invalid configuration or export list.
+pub fn serve(
+    listener: TcpListener,
+    exports: Vec<Export>,
+    cfg: NbdConfig,
+    shutdown: Shutdown,
+) -> io::Result<()> {
+    let server = Arc::new(Server::new(exports, cfg, shutdown.clone())?);
+    let max_connections = server.cfg.max_connections;
+    accept_loop("nbd", listener, shutdown, max_connections, move |stream, peer| {
+        connection::handle(stream, peer, &server)
+    })
+}

@@ -1,0 +1,201 @@
+//! A connection's input and output buffers. Both are plain byte vectors that
+//! are reused across requests, so the steady state allocates nothing.
+
+use std::io::{self, Read};
+use std::ops::Range;
+
+/// Bytes read from the socket and not yet served. Grows to hold one whole
+/// request (a WRITE with its payload) and shrinks back when drained.
+pub(crate) struct InBuf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    base_bytes: usize,
+    /// Bytes still to throw away (the payload of an oversize WRITE).
+    skip_bytes: u64,
+}
+
+impl InBuf {
+    pub fn new(base_bytes: usize) -> Self {
+        InBuf { buf: vec![0; base_bytes], start: 0, end: 0, base_bytes, skip_bytes: 0 }
+    }
+
+    /// Bytes received and not consumed.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Position of `pending()[0]` in the buffer, for `bytes`.
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Bytes that were consumed earlier; valid until the next `read_from`.
+    pub fn bytes(&self, r: Range<usize>) -> &[u8] {
+        &self.buf[r]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.start += n;
+        debug_assert!(self.start <= self.end);
+    }
+
+    /// Throw the next `n` bytes away, whether received yet or not.
+    pub fn skip(&mut self, n: u64) {
+        self.skip_bytes += n;
+        self.drop_skipped();
+    }
+
+    /// True while skipped bytes are still to arrive.
+    pub fn is_skipping(&self) -> bool {
+        self.skip_bytes > 0
+    }
+
+    fn drop_skipped(&mut self) {
+        let n = (self.end - self.start).min(usize::try_from(self.skip_bytes).unwrap_or(usize::MAX));
+        self.start += n;
+        self.skip_bytes -= n as u64;
+    }
+
+    /// Make sure a frame of `total` bytes starting at `pending()` fits,
+    /// growing (once per large WRITE) or compacting as needed.
+    pub fn make_room(&mut self, total: usize) {
+        if self.buf.len() < total {
+            let mut bigger = vec![0; total];
+            bigger[..self.end - self.start].copy_from_slice(self.pending());
+            self.buf = bigger;
+            self.end -= self.start;
+            self.start = 0;
+        } else if self.start + total > self.buf.len() {
+            self.compact();
+        }
+    }
+
+    fn compact(&mut self) {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+    }
+
+    /// One `read` from `r` into the free space. Ok(0) means end of stream.
+    pub fn read_from(&mut self, r: &mut impl Read) -> io::Result<usize> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > self.base_bytes {
+                self.buf = vec![0; self.base_bytes];
+            }
+        } else if self.end == self.buf.len() {
+            self.compact();
+        }
+        if self.end == self.buf.len() {
+            // `next_frame` makes room for every frame it waits for, so a
+            // full buffer is a bug here; never mistake it for end of stream.
+            return Err(io::Error::other("nbd input buffer full without a whole request"));
+        }
+        let n = loop {
+            match r.read(&mut self.buf[self.end..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        self.end += n;
+        self.drop_skipped();
+        Ok(n)
+    }
+}
+
+/// Replies waiting to be written with one `write`. `len` is what is in use;
+/// the vector keeps its high-water length so that reads can fill reserved
+/// space without zeroing it again.
+pub(crate) struct OutBuf {
+    buf: Vec<u8>,
+    len: usize,
+    keep_bytes: usize,
+}
+
+impl OutBuf {
+    pub fn new(keep_bytes: usize) -> Self {
+        OutBuf { buf: Vec::new(), len: 0, keep_bytes }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    pub fn extend(&mut self, b: &[u8]) {
+        self.reserve(b.len()).copy_from_slice(b);
+    }
+
+    /// Append `n` bytes of unspecified content and return them for filling.
+    pub fn reserve(&mut self, n: usize) -> &mut [u8] {
+        let at = self.len;
+        if self.buf.len() < at + n {
+            self.buf.resize(at + n, 0);
+        }
+        self.len = at + n;
+        &mut self.buf[at..at + n]
+    }
+
+    /// Bytes `at..at + n` of what is in use, to fill in a header late.
+    pub fn range_mut(&mut self, at: usize, n: usize) -> &mut [u8] {
+        &mut self.buf[at..at + n]
+    }
+
+    /// Drop everything after the first `len` bytes (undo a reservation).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Forget the contents; give back memory above `keep_bytes`.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        if self.buf.len() > self.keep_bytes {
+            self.buf = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inbuf_grows_for_a_large_frame_and_skips_across_reads() {
+        let mut b = InBuf::new(16);
+        let mut src: &[u8] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        b.read_from(&mut src).unwrap();
+        b.consume(2);
+        b.make_room(40);
+        assert_eq!(b.pending(), &[3, 4, 5, 6, 7, 8, 9, 10]);
+        b.consume(8);
+        b.skip(5);
+        assert!(b.is_skipping());
+        let mut src: &[u8] = &[0, 0, 0, 0, 0, 42];
+        b.read_from(&mut src).unwrap();
+        assert!(!b.is_skipping());
+        assert_eq!(b.pending(), &[42]);
+    }
+
+    #[test]
+    fn outbuf_reserves_truncates_and_clears() {
+        let mut o = OutBuf::new(8);
+        o.extend(&[1, 2]);
+        o.reserve(3).copy_from_slice(&[3, 4, 5]);
+        o.truncate(4);
+        assert_eq!(o.as_slice(), &[1, 2, 3, 4]);
+        o.range_mut(0, 1)[0] = 9;
+        assert_eq!(o.as_slice()[0], 9);
+        o.reserve(100);
+        o.clear();
+        assert!(o.is_empty());
+    }
+}

@@ -1,0 +1,110 @@
+//! Every limit of the NBD server, named with its unit.
+
+use std::io;
+
+/// Server-wide limits. `Default` gives the values documented in `docs/nbd.md`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NbdConfig {
+    /// Connections served at once; more are closed at accept.
+    pub max_connections: usize,
+    /// Largest READ or WRITE payload; advertised as the maximum block size.
+    pub max_request_bytes: u32,
+    /// A WRITE larger than `max_request_bytes` but no larger than this has its
+    /// payload read and thrown away, then fails with EINVAL; a larger one
+    /// fails with EINVAL and closes the connection (it is not worth reading).
+    pub max_skip_write_bytes: u64,
+    /// Largest option payload kept in memory. Larger ones are read and thrown
+    /// away in small pieces and answered with `NBD_REP_ERR_TOO_BIG`.
+    pub max_option_bytes: u32,
+    /// Options one client may send before it must pick an export.
+    pub max_options_per_handshake: u32,
+    /// A client that stalls for longer than this during the handshake is
+    /// dropped. 0 means no limit.
+    pub handshake_timeout_ms: u64,
+    /// Advertised minimum block size (the smallest unit of offset and
+    /// length). 1: any byte range works, sub-page ones by read-modify-write.
+    pub min_block_bytes: u32,
+    /// Advertised preferred block size: aligned I/O of this size avoids
+    /// read-modify-write.
+    pub preferred_block_bytes: u32,
+    /// Initial size of a connection's input buffer. It grows to hold one
+    /// whole WRITE (up to `max_request_bytes`) and shrinks back when idle.
+    pub input_buffer_bytes: usize,
+    /// Replies are gathered and sent with one write; a batch this large is
+    /// sent before more requests are served, which bounds its memory.
+    pub max_reply_batch_bytes: usize,
+    /// Worker threads per connection for stores that are not `Caps::fast`.
+    pub workers_per_connection: usize,
+    /// Requests queued for those workers; the connection stops reading the
+    /// socket while the queue is full.
+    pub max_inflight_requests: usize,
+}
+
+impl Default for NbdConfig {
+    fn default() -> Self {
+        NbdConfig {
+            max_connections: 64,
+            max_request_bytes: 32 << 20,
+            max_skip_write_bytes: 64 << 20,
+            max_option_bytes: 64 << 10,
+            max_options_per_handshake: 256,
+            handshake_timeout_ms: 10_000,
+            min_block_bytes: 1,
+            preferred_block_bytes: 4096,
+            input_buffer_bytes: 256 << 10,
+            max_reply_batch_bytes: 1 << 20,
+            workers_per_connection: 4,
+            max_inflight_requests: 64,
+        }
+    }
+}
+
+impl NbdConfig {
+    /// Check the values against the protocol's rules for block sizes and
+    /// against each other.
+    pub fn validate(&self) -> io::Result<()> {
+        let bad = |why: &str| Err(io::Error::new(io::ErrorKind::InvalidInput, why.to_string()));
+        let (min, pref, max) =
+            (self.min_block_bytes, self.preferred_block_bytes, self.max_request_bytes);
+        if !min.is_power_of_two() || min > 65536 {
+            return bad("min_block_bytes must be a power of two no larger than 65536");
+        }
+        if !pref.is_power_of_two() || pref < min.max(512) {
+            return bad(
+                "preferred_block_bytes must be a power of two, at least min_block_bytes and 512",
+            );
+        }
+        if max < pref {
+            return bad("max_request_bytes must be at least preferred_block_bytes");
+        }
+        if self.max_skip_write_bytes < max as u64 {
+            return bad("max_skip_write_bytes must be at least max_request_bytes");
+        }
+        if self.max_connections == 0 || self.workers_per_connection == 0 {
+            return bad("max_connections and workers_per_connection must be at least 1");
+        }
+        if self.max_inflight_requests == 0 || self.max_options_per_handshake == 0 {
+            return bad("max_inflight_requests and max_options_per_handshake must be at least 1");
+        }
+        if self.input_buffer_bytes < 4096 || self.max_reply_batch_bytes < 4096 {
+            return bad("input_buffer_bytes and max_reply_batch_bytes must be at least 4096");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_block_sizes_are_refused() {
+        NbdConfig::default().validate().unwrap();
+        let c = NbdConfig { min_block_bytes: 3, ..Default::default() };
+        assert!(c.validate().is_err());
+        let c = NbdConfig { preferred_block_bytes: 256, ..Default::default() };
+        assert!(c.validate().is_err());
+        let c = NbdConfig { max_request_bytes: 1024, ..Default::default() };
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! Fixed-newstyle negotiation: greeting, client flags, then options until
+//! the client picks an export (OPT_EXPORT_NAME or OPT_GO) or gives up.
+//! Every option is bounded: its data by `max_option_bytes` (larger data is
+//! skipped, never allocated), their number by `max_options_per_handshake`.
+
+use super::error::ConnError;
+use super::export::ExportState;
+use super::server::Server;
+use super::session::Session;
+use memlend_wire::nbd::{
+    client_flags, encode_export_name_reply, encode_opt_reply, encode_rep_server,
+};
+use memlend_wire::nbd::{
+    handshake_flags, info, opt, rep, ClientFlags, Greeting, Info, InfoRequest,
+};
+use memlend_wire::nbd::{OptHeader, CLIENT_FLAGS_LEN, OPT_HEADER_LEN};
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Bytes thrown away per `read` when skipping oversize option data.
+const SKIP_CHUNK_BYTES: usize = 16 << 10;
+
+pub(crate) enum Negotiated {
+    Transmit(Session),
+    /// The client sent OPT_ABORT.
+    Aborted,
+}
+
+struct State {
+    flags: ClientFlags,
+    structured: bool,
+}
+
+pub(crate) fn negotiate<S: Read + Write>(
+    io: &mut S,
+    server: &Server,
+    peer: SocketAddr,
+) -> Result<Negotiated, ConnError> {
+    let flags = handshake_flags::FIXED_NEWSTYLE | handshake_flags::NO_ZEROES;
+    io.write_all(&Greeting { handshake_flags: flags }.encode())?;
+    let mut b = [0u8; CLIENT_FLAGS_LEN];
+    io.read_exact(&mut b)?;
+    let offered = client_flags::C_FIXED_NEWSTYLE | client_flags::C_NO_ZEROES;
+    let mut st = State { flags: ClientFlags::decode(&b, offered)?, structured: false };
+    for _ in 0..server.cfg.max_options_per_handshake {
+        let mut h = [0u8; OPT_HEADER_LEN];
+        io.read_exact(&mut h)?;
+        if let Some(done) = one_option(io, server, &mut st, OptHeader::decode(&h)?, peer)? {
+            return Ok(done);
+        }
+    }
+    Err(ConnError::TooManyOptions { limit: server.cfg.max_options_per_handshake })
+}
+
+fn one_option<S: Read + Write>(
+    io: &mut S,
+    server: &Server,
+    st: &mut State,
+    h: OptHeader,
+    peer: SocketAddr,
+) -> Result<Option<Negotiated>, ConnError> {
+    if !st.flags.fixed_newstyle && h.option != opt::EXPORT_NAME {
+        return Err(ConnError::NotFixedNewstyle(h.option));
+    }
+    let limit_bytes = server.cfg.max_option_bytes;
+    if h.len > limit_bytes {
+        if h.option == opt::EXPORT_NAME {
+            return Err(ConnError::ExportNameTooLong { len_bytes: h.len, limit_bytes });
+        }
+        skip(io, h.len as u64)?;
+        let mut out = Vec::new();
+        encode_opt_reply(&mut out, h.option, rep::ERR_TOO_BIG, b"option data too long");
+        io.write_all(&out)?;
+        return Ok(None);
+    }
+    let mut data = vec![0u8; h.len as usize];
+    io.read_exact(&mut data)?;
+    let mut out = Vec::new();
+    let done = answer(&mut out, server, st, h.option, &data, peer)?;
+    if let Some(Negotiated::Aborted) = done {
+        let _ = io.write_all(&out); // the client may already be gone
+    } else {
+        io.write_all(&out)?;
+    }
+    if server.shutdown.is_stopping() && done.is_none() {
+        return Err(ConnError::ShuttingDown);
+    }
+    Ok(done)
+}
+
+/// Encode the answer to one option into `out`; `Some` ends negotiation.
+fn answer(
+    out: &mut Vec<u8>,
+    server: &Server,
+    st: &mut State,
+    option: u32,
+    data: &[u8],
+    peer: SocketAddr,
+) -> Result<Option<Negotiated>, ConnError> {
+    if server.shutdown.is_stopping() && option != opt::ABORT {
+        encode_opt_reply(out, option, rep::ERR_SHUTDOWN, b"server is shutting down");
+        return Ok(None);
+    }
+    match option {
+        opt::EXPORT_NAME => return export_name(out, server, st, data, peer).map(Some),
+        opt::ABORT => {
+            encode_opt_reply(out, option, rep::ACK, &[]);
+            return Ok(Some(Negotiated::Aborted));
+        }
+        opt::LIST if data.is_empty() => list(out, server),
+        opt::STRUCTURED_REPLY if data.is_empty() => {
+            st.structured = true;
+            encode_opt_reply(out, option, rep::ACK, &[]);
+        }
+        opt::LIST | opt::STRUCTURED_REPLY => {
+            encode_opt_reply(out, option, rep::ERR_INVALID, b"this option takes no data")
+        }
+        opt::INFO | opt::GO => return Ok(info_or_go(out, server, st, option, data, peer)),
+        _ => encode_opt_reply(out, option, rep::ERR_UNSUP, b"option not supported by memlend"),
+    }
+    Ok(None)
+}
+
+/// OPT_EXPORT_NAME has no error reply: an unknown name ends the connection.
+fn export_name(
+    out: &mut Vec<u8>,
+    server: &Server,
+    st: &State,
+    name: &[u8],
+    peer: SocketAddr,
+) -> Result<Negotiated, ConnError> {
+    let unknown = || ConnError::UnknownExport(String::from_utf8_lossy(name).into_owned());
+    let export = server.find(name).ok_or_else(unknown)?;
+    let flags = export.tx_flags(st.structured);
+    encode_export_name_reply(out, export.size_bytes, flags, st.flags.no_zeroes);
+    Ok(Negotiated::Transmit(Session::new(Arc::clone(export), st.structured, peer, &server.cfg)))
+}
+
+fn list(out: &mut Vec<u8>, server: &Server) {
+    for e in &server.exports {
+        encode_opt_reply(
+            out,
+            opt::LIST,
+            rep::SERVER,
+            &encode_rep_server(e.name.as_bytes(), e.description.as_bytes()),
+        );
+    }
+    encode_opt_reply(out, opt::LIST, rep::ACK, &[]);
+}
+
+fn info_or_go(
+    out: &mut Vec<u8>,
+    server: &Server,
+    st: &State,
+    option: u32,
+    data: &[u8],
+    peer: SocketAddr,
+) -> Option<Negotiated> {
+    let req = match InfoRequest::decode(data) {
+        Ok(r) => r,
+        Err(e) => {
+            encode_opt_reply(out, option, rep::ERR_INVALID, e.to_string().as_bytes());
+            return None;
+        }
+    };
+    let Some(export) = server.find(req.name) else {
+        encode_opt_reply(out, option, rep::ERR_UNKNOWN, b"no such export");
+        return None;
+    };
+    for item in info_items(export, st.structured, &req.requests, server) {
+        encode_opt_reply(out, option, rep::INFO, &item.encode());
+    }
+    encode_opt_reply(out, option, rep::ACK, &[]);
+    let go = option == opt::GO;
+    go.then(|| {
+        Negotiated::Transmit(Session::new(Arc::clone(export), st.structured, peer, &server.cfg))
+    })
+}
+
+/// INFO_EXPORT and INFO_BLOCK_SIZE always; name and description if asked.
+fn info_items(e: &ExportState, structured: bool, asked: &[u16], server: &Server) -> Vec<Info> {
+    let cfg = &server.cfg;
+    let mut items = vec![
+        Info::Export { size_bytes: e.size_bytes, flags: e.tx_flags(structured) },
+        Info::BlockSize {
+            min_bytes: cfg.min_block_bytes,
+            preferred_bytes: cfg.preferred_block_bytes,
+            max_bytes: cfg.max_request_bytes,
+        },
+    ];
+    if asked.contains(&info::NAME) {
+        items.push(Info::Name(e.name.as_bytes().to_vec()));
+    }
+    if asked.contains(&info::DESCRIPTION) {
+        items.push(Info::Description(e.description.as_bytes().to_vec()));
+    }
+    items
+}
+
+/// Read and drop `n` bytes without holding more than a small chunk.
+fn skip(io: &mut impl Read, n: u64) -> io::Result<()> {
+    let mut chunk = [0u8; SKIP_CHUNK_BYTES];
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(SKIP_CHUNK_BYTES as u64) as usize;
+        io.read_exact(&mut chunk[..take])?;
+        left -= take as u64;
+    }
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! The transmission phase: read what the socket has, serve every complete
+//! request in it, then send all their replies with one write. On a fast
+//! store that batching is where the throughput comes from: one `read` and
+//! one `write` per batch instead of per request.
+
+use super::buffers::{InBuf, OutBuf};
+use super::config::NbdConfig;
+use super::error::ConnError;
+use super::framing::{next_frame, Frame};
+use super::session::{Op, Session};
+use memlend_wire::nbd::Errno;
+use std::io::{self, Write};
+use std::net::TcpStream;
+
+/// How a connection in transmission ended without an error.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    /// The client sent NBD_CMD_DISC; all its requests were answered.
+    Disconnected,
+    /// The client closed the socket; `pending_bytes` of a request were cut off.
+    Closed { pending_bytes: usize },
+}
+
+enum Step {
+    Continue,
+    Disconnect,
+}
+
+/// Where requests go once they have passed validation.
+pub(crate) trait Dispatch {
+    /// Serve `op` (never DISC); its reply may go into `out` or elsewhere.
+    fn dispatch(
+        &mut self,
+        cookie: u64,
+        op: Op,
+        payload: &[u8],
+        out: &mut OutBuf,
+    ) -> Result<(), ConnError>;
+    /// Send `out`, the batch of replies produced on the reading thread.
+    fn send(&mut self, out: &[u8]) -> io::Result<()>;
+}
+
+/// The connection loop shared by the inline path and the worker pool.
+pub(crate) fn run(
+    stream: &TcpStream,
+    s: &Session,
+    cfg: &NbdConfig,
+    d: &mut impl Dispatch,
+) -> Result<End, ConnError> {
+    let mut inbuf = InBuf::new(cfg.input_buffer_bytes);
+    let mut out = OutBuf::new(cfg.max_reply_batch_bytes);
+    let mut reader = stream;
+    loop {
+        let step = serve_buffered(&mut inbuf, &mut out, s, cfg, d);
+        if !out.is_empty() {
+            d.send(out.as_slice())?;
+            out.clear();
+        }
+        if let Step::Disconnect = step? {
+            return Ok(End::Disconnected);
+        }
+        if inbuf.read_from(&mut reader)? == 0 {
+            return Ok(End::Closed { pending_bytes: inbuf.pending().len() });
+        }
+    }
+}
+
+/// Serve every complete request in `inbuf`. Bounded by the buffer: each
+/// pass consumes a request or returns.
+fn serve_buffered(
+    inbuf: &mut InBuf,
+    out: &mut OutBuf,
+    s: &Session,
+    cfg: &NbdConfig,
+    d: &mut impl Dispatch,
+) -> Result<Step, ConnError> {
+    loop {
+        if out.len() >= cfg.max_reply_batch_bytes {
+            d.send(out.as_slice())?;
+            out.clear();
+        }
+        let (req, payload) = match next_frame(inbuf, cfg)? {
+            Frame::Incomplete => return Ok(Step::Continue),
+            Frame::Request { req, payload } => (req, payload),
+            Frame::Oversize { req, closing } => {
+                s.reply_error(
+                    out,
+                    req.cookie,
+                    Errno::Inval,
+                    "write larger than the maximum block size",
+                );
+                if closing {
+                    let limit_bytes = cfg.max_skip_write_bytes;
+                    return Err(ConnError::OversizeWrite { len_bytes: req.len, limit_bytes });
+                }
+                continue;
+            }
+        };
+        match s.validate(&req) {
+            Err(r) => s.reply_error(out, req.cookie, r.errno, r.why),
+            Ok(Op::Disc) => return Ok(Step::Disconnect),
+            Ok(op) => d.dispatch(req.cookie, op, inbuf.bytes(payload), out)?,
+        }
+    }
+}
+
+/// Serve on the connection thread: for stores whose operations cost about
+/// a memcpy, a hand-off to another core would cost more than the work.
+struct Inline<'a> {
+    session: &'a Session,
+    stream: &'a TcpStream,
+}
+
+impl Dispatch for Inline<'_> {
+    fn dispatch(
+        &mut self,
+        cookie: u64,
+        op: Op,
+        payload: &[u8],
+        out: &mut OutBuf,
+    ) -> Result<(), ConnError> {
+        self.session.execute(cookie, op, payload, out);
+        Ok(())
+    }
+
+    fn send(&mut self, out: &[u8]) -> io::Result<()> {
+        let mut w = self.stream;
+        w.write_all(out)
+    }
+}
+
+pub(crate) fn serve_inline(
+    stream: &TcpStream,
+    s: &Session,
+    cfg: &NbdConfig,
+) -> Result<End, ConnError> {
+    run(stream, s, cfg, &mut Inline { session: s, stream })
+}

@@ -1,0 +1,98 @@
+//! The worker pool for slow stores (a file with O_DIRECT, a remote store):
+//! a few threads per connection take requests from a bounded queue and each
+//! writes its own reply when done, so replies leave out of order and a read
+//! overtakes a slow FLUSH.
+
+use super::buffers::OutBuf;
+use super::config::NbdConfig;
+use super::error::ConnError;
+use super::session::{Op, Session};
+use super::transmission::{run, Dispatch, End};
+use parking_lot::Mutex;
+use std::io::{self, Write};
+use std::net::{Shutdown as NetShutdown, TcpStream};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread;
+
+struct Job {
+    cookie: u64,
+    op: Op,
+    payload: Vec<u8>,
+}
+
+/// One writer at a time on the socket, so replies never interleave.
+struct Replies<'a> {
+    stream: &'a TcpStream,
+    write_lock: Mutex<()>,
+}
+
+impl Replies<'_> {
+    fn send(&self, bytes: &[u8]) -> io::Result<()> {
+        let _guard = self.write_lock.lock();
+        let mut w = self.stream;
+        w.write_all(bytes)
+    }
+}
+
+struct Pooled<'a> {
+    jobs: SyncSender<Job>,
+    replies: &'a Replies<'a>,
+}
+
+impl Dispatch for Pooled<'_> {
+    fn dispatch(
+        &mut self,
+        cookie: u64,
+        op: Op,
+        payload: &[u8],
+        _out: &mut OutBuf,
+    ) -> Result<(), ConnError> {
+        let job = Job { cookie, op, payload: payload.to_vec() };
+        // Blocks while the queue is full: the client is then not read from.
+        self.jobs
+            .send(job)
+            .map_err(|_| io::Error::other("every worker of this connection has stopped"))?;
+        Ok(())
+    }
+
+    fn send(&mut self, out: &[u8]) -> io::Result<()> {
+        self.replies.send(out)
+    }
+}
+
+/// Serve requests through `cfg.workers_per_connection` threads. Returns
+/// once every queued request has been answered (or the socket failed).
+pub(crate) fn serve_pooled(
+    stream: &TcpStream,
+    s: &Session,
+    cfg: &NbdConfig,
+) -> Result<End, ConnError> {
+    let replies = Replies { stream, write_lock: Mutex::new(()) };
+    let (jobs, queue) = sync_channel::<Job>(cfg.max_inflight_requests);
+    let queue = Mutex::new(queue);
+    thread::scope(|scope| {
+        for _ in 0..cfg.workers_per_connection {
+            scope.spawn(|| work(s, cfg, &queue, &replies));
+        }
+        // `Pooled` owns the only sender: when `run` returns it is dropped,
+        // the workers drain the queue and stop, and the scope joins them.
+        run(stream, s, cfg, &mut Pooled { jobs, replies: &replies })
+    })
+}
+
+fn work(s: &Session, cfg: &NbdConfig, queue: &Mutex<Receiver<Job>>, replies: &Replies) {
+    let mut out = OutBuf::new(cfg.max_reply_batch_bytes);
+    // Ends when the reader drops the sender and the queue is empty. The
+    // lock is released before the job runs (`let`, not `while let`).
+    loop {
+        let Ok(job) = queue.lock().recv() else { return };
+        s.execute(job.cookie, job.op, &job.payload, &mut out);
+        let sent = replies.send(out.as_slice());
+        out.clear();
+        if let Err(e) = sent {
+            tracing::warn!(peer = %s.peer, error = %e, "nbd reply failed; closing connection");
+            let _ = replies.stream.shutdown(NetShutdown::Both);
+            return;
+        }
+    }
+}
