@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: demo test setup build lint bench bench-nbd bench-proto clean
+.PHONY: demo test setup build lint bench bench-nbd bench-proto fuzz clean
 
 demo: setup build
 	scripts/demo.sh
@@ -31,6 +31,12 @@ bench-proto: setup build
 
 bench-nbd: setup build
 	/usr/bin/python3 bench/nbd_fio.py
+
+# Each decoder target for FUZZ_RUNS executions (needs cargo-fuzz and nightly).
+FUZZ_RUNS ?= 1000000
+fuzz:
+	cd fuzz && for t in page_request page_reply page_handshake; do \
+	  cargo +nightly fuzz run -O $$t corpus/$$t -- -runs=$(FUZZ_RUNS) -max_len=256 || exit 1; done
 
 clean:
 	cargo clean
