@@ -29,7 +29,8 @@ fn serve(stream: &TcpStream, peer: SocketAddr, server: &Server) -> Result<Option
         .then(|| Duration::from_millis(server.cfg.handshake_timeout_ms));
     stream.set_read_timeout(timeout)?;
     stream.set_write_timeout(timeout)?;
-    let session = match negotiate(&mut { stream }, server, peer)? {
+    let negotiated = negotiate(&mut { stream }, server, peer);
+    let session = match negotiated.map_err(|e| e.in_handshake(server.cfg.handshake_timeout_ms))? {
         Negotiated::Aborted => return Ok(None),
         Negotiated::Transmit(s) => s,
     };

@@ -22,4 +22,25 @@ pub enum ConnError {
     OversizeWrite { len_bytes: u32, limit_bytes: u64 },
     #[error("server is shutting down")]
     ShuttingDown,
+    #[error("client closed the connection during the handshake")]
+    ClosedInHandshake,
+    #[error("client stalled in the handshake for more than {timeout_ms} ms")]
+    HandshakeTimeout { timeout_ms: u64 },
+}
+
+impl ConnError {
+    /// Name the two ordinary ways a handshake read fails.
+    pub(crate) fn in_handshake(self, timeout_ms: u64) -> ConnError {
+        match self {
+            ConnError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                ConnError::ClosedInHandshake
+            }
+            ConnError::Io(e)
+                if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+            {
+                ConnError::HandshakeTimeout { timeout_ms }
+            }
+            other => other,
+        }
+    }
 }
