@@ -77,8 +77,24 @@ impl InBuf {
         self.start = 0;
     }
 
-    /// One `read` from `r` into the free space. Ok(0) means end of stream.
+    /// One blocking `read` from `r` into the free space. Ok(0) means end of
+    /// stream.
     pub fn read_from(&mut self, r: &mut impl Read) -> io::Result<usize> {
+        let read = |b: &mut [u8]| loop {
+            match r.read(b) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other.map(Some),
+            }
+        };
+        Ok(self.fill(read)?.unwrap_or(0))
+    }
+
+    /// Let `recv` fill the free space; it returns the bytes it put there, or
+    /// None if it had none to give yet.
+    pub fn fill(
+        &mut self,
+        recv: impl FnOnce(&mut [u8]) -> io::Result<Option<usize>>,
+    ) -> io::Result<Option<usize>> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -93,15 +109,12 @@ impl InBuf {
             // full buffer is a bug here; never mistake it for end of stream.
             return Err(io::Error::other("nbd input buffer full without a whole request"));
         }
-        let n = loop {
-            match r.read(&mut self.buf[self.end..]) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other?,
-            }
-        };
-        self.end += n;
-        self.drop_skipped();
-        Ok(n)
+        let got = recv(&mut self.buf[self.end..])?;
+        if let Some(n) = got {
+            self.end += n;
+            self.drop_skipped();
+        }
+        Ok(got)
     }
 }
 

@@ -18,6 +18,7 @@ mod framing;
 mod handshake;
 mod server;
 mod session;
+mod sock;
 mod transmission;
 mod workers;
 

@@ -13,6 +13,7 @@ use std::io::{self, Write};
 use std::net::{Shutdown as NetShutdown, TcpStream};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread;
+use std::time::Duration;
 
 struct Job {
     cookie: u64,
@@ -76,7 +77,8 @@ pub(crate) fn serve_pooled(
         }
         // `Pooled` owns the only sender: when `run` returns it is dropped,
         // the workers drain the queue and stop, and the scope joins them.
-        run(stream, s, cfg, &mut Pooled { jobs, replies: &replies })
+        // No spinning: a slow store's requests take far longer than a wakeup.
+        run(stream, s, cfg, Duration::ZERO, &mut Pooled { jobs, replies: &replies })
     })
 }
 
