@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! nbd_serve [--listen 127.0.0.1:10809] [--size 1G] [--name memlend] [--read-only] [--prealloc]
+//!           [--spin-us N]
 //! ```
 //! Prints `listening on ADDR` once ready (useful with port 0). Logs go to
 //! stderr; set `RUST_LOG=debug` for more.
@@ -22,6 +23,7 @@ struct Args {
     name: String,
     read_only: bool,
     prealloc: bool,
+    cfg: NbdConfig,
 }
 
 fn parse_size(s: &str) -> Option<u64> {
@@ -42,6 +44,7 @@ fn parse_args() -> Result<Args, String> {
         name: "memlend".into(),
         read_only: false,
         prealloc: false,
+        cfg: NbdConfig::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -52,6 +55,9 @@ fn parse_args() -> Result<Args, String> {
             "--name" => a.name = value()?,
             "--read-only" => a.read_only = true,
             "--prealloc" => a.prealloc = true,
+            "--spin-us" => {
+                a.cfg.spin_before_sleep_us = value()?.parse().map_err(|_| "bad --spin-us")?
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -91,6 +97,6 @@ fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("listening on {}", listener.local_addr()?);
     std::io::stdout().flush()?;
     // SIGINT/SIGTERM end the process; a RAM export has nothing to save.
-    serve(listener, vec![export], NbdConfig::default(), Shutdown::new())?;
+    serve(listener, vec![export], a.cfg, Shutdown::new())?;
     Ok(())
 }

@@ -13,11 +13,20 @@ pub(crate) struct InBuf {
     base_bytes: usize,
     /// Bytes still to throw away (the payload of an oversize WRITE).
     skip_bytes: u64,
+    /// Size of the frame being waited for (set by `make_room`), 0 if unknown.
+    want_bytes: usize,
 }
 
 impl InBuf {
     pub fn new(base_bytes: usize) -> Self {
-        InBuf { buf: vec![0; base_bytes], start: 0, end: 0, base_bytes, skip_bytes: 0 }
+        InBuf {
+            buf: vec![0; base_bytes],
+            start: 0,
+            end: 0,
+            base_bytes,
+            skip_bytes: 0,
+            want_bytes: 0,
+        }
     }
 
     /// Bytes received and not consumed.
@@ -37,7 +46,24 @@ impl InBuf {
 
     pub fn consume(&mut self, n: usize) {
         self.start += n;
+        self.want_bytes = 0;
         debug_assert!(self.start <= self.end);
+    }
+
+    /// Bytes still to arrive for the frame being waited for (0 if unknown).
+    pub fn missing(&self) -> usize {
+        self.want_bytes.saturating_sub(self.end - self.start)
+    }
+
+    /// Give back memory grown for a large request. Called when the
+    /// connection goes idle, not per request: a stream of large WRITEs
+    /// keeps its buffer.
+    pub fn shrink_if_empty(&mut self) {
+        if self.start == self.end && self.buf.len() > self.base_bytes {
+            self.buf = vec![0; self.base_bytes];
+            self.start = 0;
+            self.end = 0;
+        }
     }
 
     /// Throw the next `n` bytes away, whether received yet or not.
@@ -60,6 +86,7 @@ impl InBuf {
     /// Make sure a frame of `total` bytes starting at `pending()` fits,
     /// growing (once per large WRITE) or compacting as needed.
     pub fn make_room(&mut self, total: usize) {
+        self.want_bytes = total;
         if self.buf.len() < total {
             let mut bigger = vec![0; total];
             bigger[..self.end - self.start].copy_from_slice(self.pending());
@@ -98,9 +125,6 @@ impl InBuf {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
-            if self.buf.len() > self.base_bytes {
-                self.buf = vec![0; self.base_bytes];
-            }
         } else if self.end == self.buf.len() {
             self.compact();
         }
@@ -168,10 +192,14 @@ impl OutBuf {
         self.len = self.len.min(len);
     }
 
-    /// Forget the contents; give back memory above `keep_bytes`.
+    /// Forget the contents, keeping the memory for the next batch.
     pub fn clear(&mut self) {
         self.len = 0;
-        if self.buf.len() > self.keep_bytes {
+    }
+
+    /// Give back memory above `keep_bytes` (when the connection goes idle).
+    pub fn shrink_if_empty(&mut self) {
+        if self.len == 0 && self.buf.len() > self.keep_bytes {
             self.buf = Vec::new();
         }
     }
@@ -209,6 +237,8 @@ mod tests {
         assert_eq!(o.as_slice()[0], 9);
         o.reserve(100);
         o.clear();
+        assert!(o.is_empty());
+        o.shrink_if_empty();
         assert!(o.is_empty());
     }
 }

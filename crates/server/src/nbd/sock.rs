@@ -1,5 +1,5 @@
-//! The one socket call std lacks: a receive that never blocks, used to spin
-//! briefly before sleeping in a blocking read.
+//! The socket calls std lacks: a receive that never blocks (to spin briefly
+//! before sleeping) and one that waits for a whole payload.
 
 use std::io;
 use std::net::TcpStream;
@@ -20,5 +20,24 @@ pub(crate) fn recv_nowait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<Opti
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
         _ => Err(e),
+    }
+}
+
+/// Block until `buf` is full, the stream ends or a signal arrives
+/// (`MSG_WAITALL`): one call for the rest of a large payload, instead of one
+/// per piece as it arrives.
+pub(crate) fn recv_waitall(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: as in `recv_nowait`.
+        let n = unsafe {
+            libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_WAITALL)
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }

@@ -8,7 +8,7 @@ use super::config::NbdConfig;
 use super::error::ConnError;
 use super::framing::{next_frame, Frame};
 use super::session::{Op, Session};
-use super::sock::recv_nowait;
+use super::sock::{recv_nowait, recv_waitall};
 use memlend_wire::nbd::Errno;
 use std::io::{self, Write};
 use std::net::TcpStream;
@@ -22,6 +22,9 @@ pub(crate) enum End {
     /// The client closed the socket; `pending_bytes` of a request were cut off.
     Closed { pending_bytes: usize },
 }
+
+/// A frame still missing this much is received with one blocking call.
+const LARGE_REST_BYTES: usize = 16 << 10;
 
 enum Step {
     Continue,
@@ -43,7 +46,7 @@ pub(crate) trait Dispatch {
 }
 
 /// The connection loop shared by the inline path and the worker pool.
-/// `spin` is how long to poll for more input before sleeping.
+/// `spin` is how long to poll for more input before sleeping in a read.
 pub(crate) fn run(
     stream: &TcpStream,
     s: &Session,
@@ -62,30 +65,64 @@ pub(crate) fn run(
         if let Step::Disconnect = step? {
             return Ok(End::Disconnected);
         }
-        if receive(&mut inbuf, stream, spin)? == 0 {
+        let got = if inbuf.missing() >= LARGE_REST_BYTES {
+            receive_rest(&mut inbuf, stream)?
+        } else if let Some(n) = receive_spinning(&mut inbuf, stream, spin)? {
+            n
+        } else {
+            // Idle: give back memory grown for large requests, then sleep.
+            inbuf.shrink_if_empty();
+            out.shrink_if_empty();
+            inbuf.read_from(&mut { stream })?
+        };
+        if got == 0 {
             return Ok(End::Closed { pending_bytes: inbuf.pending().len() });
         }
     }
 }
 
-/// Read more input: poll without blocking for up to `spin`, then block.
-/// A busy client's next request usually arrives within the spin, and is
-/// then picked up without the ~10 µs cross-core wakeup of a sleeping thread.
-fn receive(inbuf: &mut InBuf, stream: &TcpStream, spin: Duration) -> io::Result<usize> {
-    if !spin.is_zero() {
-        let deadline = Instant::now() + spin;
-        // Bounded by the deadline; each pass is one non-blocking recv. The
-        // yield lets a client (or anything else) sharing this core run: on
-        // two cores, a plain spin loses more than it gains with two clients.
-        while Instant::now() < deadline {
-            if let Some(n) = inbuf.fill(|b| recv_nowait(stream, b))? {
-                return Ok(n);
-            }
-            std::thread::yield_now();
-        }
+/// Wait for the rest of a large frame in one blocking call. Spinning there
+/// would take it in many small pieces, and each poll contends for the socket
+/// lock with the sender's delivery of the next piece.
+fn receive_rest(inbuf: &mut InBuf, stream: &TcpStream) -> io::Result<usize> {
+    let missing = inbuf.missing();
+    let got = inbuf.fill(|b| {
+        let n = b.len().min(missing);
+        recv_waitall(stream, &mut b[..n]).map(Some)
+    })?;
+    Ok(got.unwrap_or(0))
+}
+
+/// Poll for input for up to `spin`; None if nothing came. A busy client's
+/// next request usually arrives within the spin, and is then picked up
+/// without the ~10 µs cross-core wakeup of a thread sleeping in `read`.
+fn receive_spinning(
+    inbuf: &mut InBuf,
+    stream: &TcpStream,
+    spin: Duration,
+) -> io::Result<Option<usize>> {
+    if spin.is_zero() {
+        return Ok(None);
     }
-    let mut reader = stream;
-    inbuf.read_from(&mut reader)
+    receive_until(inbuf, stream, Instant::now() + spin)
+}
+
+/// Poll for input until `deadline`; None if nothing came. The yield lets a
+/// client (or anything else) sharing this core run: on two cores, a plain
+/// spin loses more than it gains once there are two clients.
+fn receive_until(
+    inbuf: &mut InBuf,
+    stream: &TcpStream,
+    deadline: Instant,
+) -> io::Result<Option<usize>> {
+    // Bounded by the deadline; each pass is one non-blocking recv.
+    while Instant::now() < deadline {
+        if let Some(n) = inbuf.fill(|b| recv_nowait(stream, b))? {
+            return Ok(Some(n));
+        }
+        std::thread::yield_now();
+    }
+    Ok(None)
 }
 
 /// Serve every complete request in `inbuf`. Bounded by the buffer: each

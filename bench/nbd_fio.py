@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""fio (nbd engine, libnbd) against memlend's NBD export and `nbdkit memory`,
+in the same run, on 127.0.0.1.
+
+    /usr/bin/python3 bench/nbd_fio.py [--runtime 10] [--server-cmd CMD] [--points a,b]
+
+Both servers get a 2 GiB export, prefilled with data so reads hit it. Each
+point runs against memlend then nbdkit (the order alternates per point, so
+drift in machine load does not favour one side). Prints IOPS, p50/p99
+completion latency, the memlend/nbdkit ratio, each server's CPU time per I/O
+and the load average; writes bench/results/nbd_fio.{json,png}.
+
+The memlend side is, in order of preference: --server-cmd (placeholders
+{nbd_port} and {page_port}); target/release/memlendd; the nbd_serve example
+(built if missing). Everything started here is stopped on exit.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import Bars, Column, report  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZE = "2G"
+MEMLENDD = os.path.join(REPO, "target/release/memlendd")
+EXAMPLE = os.path.join(REPO, "target/release/examples/nbd_serve")
+
+# name, fio rw, block size, iodepth per job, jobs (connections), extra args
+POINTS = [
+    ("randread 4k QD1", "randread", "4k", 1, 1, []),
+    ("randread 4k QD32", "randread", "4k", 32, 1, []),
+    ("randwrite 4k QD1", "randwrite", "4k", 1, 1, []),
+    ("randwrite 4k QD32", "randwrite", "4k", 32, 1, []),
+    ("randrw70 4k QD32", "randrw", "4k", 32, 1, ["--rwmixread=70"]),
+    ("read 64k QD8", "read", "64k", 8, 1, []),
+    ("write 64k QD8", "write", "64k", 8, 1, []),
+    # Two connections: one fio job saturates its own core at QD32 (see docs).
+    ("randread 4k 2x QD16", "randread", "4k", 16, 2, []),
+    ("randwrite 4k 2x QD16", "randwrite", "4k", 16, 2, []),
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout_s=15.0):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout_s} s")
+
+
+class Servers:
+    """Starts servers in their own process groups; stop() ends them all."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, argv, log_name):
+        log = open(os.path.join("/tmp", log_name), "w")
+        print("starting:", " ".join(shlex.quote(a) for a in argv), flush=True)
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.procs = []
+
+
+def memlend_argv(args, nbd_port, page_port):
+    if args.server_cmd:
+        cmd = args.server_cmd.format(nbd_port=nbd_port, page_port=page_port)
+        return shlex.split(cmd)
+    if os.path.exists(MEMLENDD):
+        return [MEMLENDD, "--lend", SIZE, "--listen", f"127.0.0.1:{page_port}",
+                "--nbd", f"127.0.0.1:{nbd_port}", "--insecure"]
+    if not os.path.exists(EXAMPLE):
+        print("building the nbd_serve example (release)", flush=True)
+        subprocess.run(["cargo", "build", "--release", "-p", "memlend-server", "--example", "nbd_serve"],
+                       cwd=REPO, check=True)
+    return [EXAMPLE, "--listen", f"127.0.0.1:{nbd_port}", "--size", SIZE]
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of a process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fio(port, rw, bs, qd, jobs, extra, runtime_s):
+    argv = ["fio", "--name=p", "--ioengine=nbd", f"--uri=nbd://127.0.0.1:{port}/",
+            f"--rw={rw}", f"--bs={bs}", f"--iodepth={qd}", f"--numjobs={jobs}", "--group_reporting",
+            f"--size={SIZE}", "--time_based", f"--runtime={runtime_s}", "--norandommap",
+            "--randrepeat=0", "--output-format=json"] + extra
+    out = subprocess.run(argv, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"fio failed: {out.stderr}\n{out.stdout[-2000:]}")
+    job = json.loads(out.stdout[out.stdout.index("{"):])["jobs"][0]
+    if job["error"]:
+        raise RuntimeError(f"fio job error {job['error']}")
+    return job
+
+
+def summarize(job, rw):
+    """IOPS (both directions) and clat percentiles of the main direction
+    (write for write-only points, read otherwise)."""
+    main = "write" if rw in ("write", "randwrite") else "read"
+    iops = job["read"]["iops"] + job["write"]["iops"]
+    pct = job[main]["clat_ns"].get("percentile", {})
+    ios = job["read"]["total_ios"] + job["write"]["total_ios"]
+    return {"iops": iops, "ios": ios,
+            "p50_us": pct.get("50.000000", 0) / 1000, "p99_us": pct.get("99.000000", 0) / 1000}
+
+
+def prefill(port):
+    argv = ["fio", "--name=fill", "--ioengine=nbd", f"--uri=nbd://127.0.0.1:{port}/", "--rw=write",
+            "--bs=1M", "--iodepth=8", f"--size={SIZE}", "--output-format=json"]
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+def run_point(point, servers, runtime_s, flip):
+    name, rw, bs, qd, jobs, extra = point
+    row = {"point": name, "load1_start": round(os.getloadavg()[0], 2)}
+    order = list(servers.items())
+    if flip:
+        order.reverse()
+    for label, (port, pid) in order:
+        cpu0 = cpu_s(pid)
+        s = summarize(fio(port, rw, bs, qd, jobs, extra, runtime_s), rw)
+        cpu_us = (cpu_s(pid) - cpu0) * 1e6
+        row[f"{label}_iops"] = round(s["iops"])
+        row[f"{label}_p50_us"] = round(s["p50_us"], 1)
+        row[f"{label}_p99_us"] = round(s["p99_us"], 1)
+        row[f"{label}_cpu_us_per_io"] = round(cpu_us / max(1, s["ios"]), 2)
+    row["ratio"] = round(row["memlend_iops"] / max(1, row["nbdkit_iops"]), 2)
+    row["load1_end"] = round(os.getloadavg()[0], 2)
+    return row
+
+
+COLUMNS = [
+    Column("point", "point"),
+    Column("memlend_iops", "memlend IOPS", "{:,}"),
+    Column("nbdkit_iops", "nbdkit IOPS", "{:,}"),
+    Column("ratio", "ratio", "{:.2f}x"),
+    Column("memlend_p50_us", "m p50 us", "{:.1f}"),
+    Column("memlend_p99_us", "m p99 us", "{:.1f}"),
+    Column("nbdkit_p50_us", "k p50 us", "{:.1f}"),
+    Column("nbdkit_p99_us", "k p99 us", "{:.1f}"),
+    Column("memlend_cpu_us_per_io", "m cpu us/io", "{:.1f}"),
+    Column("nbdkit_cpu_us_per_io", "k cpu us/io", "{:.1f}"),
+    Column("load1_start", "load", "{:.2f}"),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runtime", type=int, default=10, help="seconds per point and server")
+    ap.add_argument("--server-cmd", help="memlend server command; {nbd_port} {page_port} are filled in")
+    ap.add_argument("--points", help="comma-separated subset of point names")
+    ap.add_argument("--name", default="nbd_fio", help="results file name")
+    args = ap.parse_args()
+    for tool in ("fio", "nbdkit"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            sys.exit(f"{tool} is missing: apt-get install {tool}")
+    points = POINTS
+    if args.points:
+        wanted = {p.strip() for p in args.points.split(",")}
+        points = [p for p in POINTS if p[0] in wanted]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    servers = Servers()
+    try:
+        m_port, page_port, k_port = free_port(), free_port(), free_port()
+        m = servers.start(memlend_argv(args, m_port, page_port), "nbd_fio_memlend.log")
+        k = servers.start(["nbdkit", "--foreground", "--exit-with-parent", "--port", str(k_port),
+                           "--ipaddr", "127.0.0.1", "memory", SIZE], "nbd_fio_nbdkit.log")
+        wait_port(m_port, m)
+        wait_port(k_port, k)
+        for port in (m_port, k_port):
+            prefill(port)
+        live = {"memlend": (m_port, m.pid), "nbdkit": (k_port, k.pid)}
+        rows = []
+        for i, point in enumerate(points):
+            rows.append(run_point(point, live, args.runtime, flip=i % 2 == 1))
+            r = rows[-1]
+            print(f"{r['point']:<24} memlend {r['memlend_iops']:>9,}  nbdkit {r['nbdkit_iops']:>9,}"
+                  f"  {r['ratio']:.2f}x  load {r['load1_start']}", flush=True)
+    finally:
+        servers.stop()
+    meta = {"runtime_s": args.runtime, "size": SIZE, "memlend_cmd": memlend_argv(args, m_port, page_port),
+            "nproc": os.cpu_count(), "loadavg_end": os.getloadavg(),
+            "fio": subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip(),
+            "nbdkit": subprocess.run(["nbdkit", "--version"], capture_output=True, text=True).stdout.strip()}
+    plots = [
+        Bars(x="point", series=[("memlend_iops", "memlend"), ("nbdkit_iops", "nbdkit memory")],
+             ylabel="IOPS", title="fio nbd engine, 127.0.0.1, 2 GiB prefilled"),
+        Bars(x="point", series=[("memlend_p99_us", "memlend p99"), ("nbdkit_p99_us", "nbdkit p99"),
+                                ("memlend_p50_us", "memlend p50"), ("nbdkit_p50_us", "nbdkit p50")],
+             ylabel="completion latency (us)", log=True),
+    ]
+    print()
+    report(args.name, rows, COLUMNS, plots=plots, meta=meta,
+           title=f"NBD: memlend vs nbdkit memory, fio nbd engine, {args.runtime} s per point")
+
+
+if __name__ == "__main__":
+    main()
