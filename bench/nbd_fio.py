@@ -7,8 +7,9 @@ in the same run, on 127.0.0.1.
 Both servers get a 2 GiB export, prefilled with data so reads hit it. Each
 point runs against memlend then nbdkit (the order alternates per point, so
 drift in machine load does not favour one side). Prints IOPS, p50/p99
-completion latency, the memlend/nbdkit ratio, each server's CPU time per I/O
-and the load average; writes bench/results/nbd_fio.{json,png}.
+completion latency, the memlend/nbdkit ratio, each server's CPU time per I/O,
+the load average and CPU pressure (PSI some avg10, %) at the start of each
+point; writes bench/results/nbd_fio.{json,png}.
 
 The memlend side is, in order of preference: --server-cmd (placeholders
 {nbd_port} and {page_port}); target/release/memlendd; the nbd_serve example
@@ -148,9 +149,20 @@ def prefill(port):
     subprocess.run(argv, check=True, capture_output=True)
 
 
+def cpu_pressure_pct():
+    """Share of the last 10 s in which some task waited for a CPU (PSI).
+    Unlike the load average it is not inflated by the run's own threads
+    when there are cores to spare."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return float(f.readline().split()[1].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_point(point, servers, runtime_s, flip):
     name, rw, bs, qd, jobs, extra = point
-    row = {"point": name, "load1_start": round(os.getloadavg()[0], 2)}
+    row = {"point": name, "load1_start": round(os.getloadavg()[0], 2), "cpu_psi10_pct": cpu_pressure_pct()}
     order = list(servers.items())
     if flip:
         order.reverse()
@@ -179,6 +191,7 @@ COLUMNS = [
     Column("memlend_cpu_us_per_io", "m cpu us/io", "{:.1f}"),
     Column("nbdkit_cpu_us_per_io", "k cpu us/io", "{:.1f}"),
     Column("load1_start", "load", "{:.2f}"),
+    Column("cpu_psi10_pct", "psi%", "{:.0f}"),
 ]
 
 
