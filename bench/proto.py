@@ -57,7 +57,10 @@ def main():
             cmd = [common.bin_path("memlend"), "bench", "--insecure", "--donor", donor,
                    "--op", op, "--conns", str(conns), "--depth", str(depth),
                    "--pages-per-req", str(ppr), "--slab", "128M", "--secs", str(secs), "--json"]
-            r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed: {run.stderr.strip()}")
+            r = json.loads(run.stdout)
             rows.append(r)
     fl = floors(secs)
     stream_pages = PAGES_PER_S_AT_TCP_STREAM(fl["tcp_stream_gbit_per_s"]) if fl else None

@@ -71,6 +71,10 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         handles.into_iter().map(|h| h.join().expect("bench thread panicked")).collect()
     });
     let elapsed_s = start.elapsed().as_secs_f64();
+    for (c, slab) in &mut conns {
+        let h = ReqHeader { slab: *slab, ..ReqHeader::new(Opcode::CloseSlab, 0) };
+        c.call(h, &[], None).context("close slab")?;
+    }
     let mut hist = Histogram::<u64>::new(3)?;
     let mut requests = 0;
     for r in results {
