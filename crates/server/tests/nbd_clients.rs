@@ -177,3 +177,9 @@ fn qemu_io_is_refused_writes_on_a_read_only_export() {
     assert!(!text.contains("wrote 4096/4096"), "write to a read-only export succeeded:\n{text}");
     assert!(srv.store_bytes(1, 0, 4096).iter().all(|&b| b == 0));
 }
+
+#[test]
+#[should_panic(expected = "apt-get install some-package")]
+fn a_missing_client_tool_fails_the_test_and_names_its_package() {
+    require_tool("no-such-nbd-tool", "some-package");
+}
