@@ -21,6 +21,9 @@ fn fio(uri: &str, args: &[&str]) -> String {
             "--output-format=json",
         ])
         .args(["--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--exitall_on_error=1"])
+        // fio would leave a verify state file in the working directory.
+        .arg("--verify_state_save=0")
+        .current_dir(std::env::temp_dir())
         .args(args)
         .output()
         .expect("cannot run fio");
