@@ -56,6 +56,12 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     pub max_nbd_connections: usize,
 
+    /// Microseconds a connection thread polls for the next request before
+    /// sleeping (0: never). Saves a ~10 µs cross-core wakeup per request for
+    /// busy clients, at the cost of that much CPU when they pause.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub spin_us: u64,
+
     /// Seconds a borrower's slabs survive after its last connection drops.
     #[arg(long, default_value_t = 60)]
     pub orphan_grace_s: u64,

@@ -53,6 +53,7 @@ pub fn run(args: Args) -> Result<()> {
         key,
         max_connections: args.max_connections,
         orphan_grace: Duration::from_secs(args.orphan_grace_s),
+        spin_before_sleep: Duration::from_micros(args.spin_us),
         ..PageServerConfig::default()
     };
     let server = PageServer::new(cfg, registry);
@@ -143,7 +144,11 @@ pub fn start_nbd(
     if !addr.ip().is_loopback() {
         tracing::warn!(%addr, "NBD export on a non-loopback address: NBD has no authentication here");
     }
-    let cfg = nbd::NbdConfig { max_connections: args.max_nbd_connections, ..Default::default() };
+    let cfg = nbd::NbdConfig {
+        max_connections: args.max_nbd_connections,
+        spin_before_sleep_us: args.spin_us,
+        ..Default::default()
+    };
     let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
     tracing::info!(nbd = %listener.local_addr()?, exports = ?names, "serving NBD");

@@ -20,6 +20,7 @@ pub struct Conn {
     scratch: Vec<u8>,
     next_tag: u32,
     next_seq: u64,
+    spin: std::time::Duration,
     pub max_batch_pages: u32,
     pub max_inflight: u32,
     pub session_id: u64,
@@ -43,6 +44,7 @@ impl Conn {
             scratch: Vec::new(),
             next_tag: 0,
             next_seq: 1,
+            spin: cfg.spin_before_sleep,
             max_batch_pages: 0,
             max_inflight: 0,
             session_id: 0,
@@ -242,7 +244,12 @@ impl Conn {
         self.rend = 0;
         let mut filled = 0;
         while filled < rest.len() {
-            let n = match self.stream.read(&mut self.rbuf[self.rend..]) {
+            let free = &mut self.rbuf[self.rend..];
+            let got = match memlend_net::recv_spinning(&self.stream, free, self.spin)? {
+                Some(n) => Ok(n),
+                None => self.stream.read(free),
+            };
+            let n = match got {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

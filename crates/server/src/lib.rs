@@ -4,5 +4,7 @@
 //! a request served on the thread that read it never crosses cores.
 
 pub mod lifecycle;
+mod out_buf;
+
 pub mod nbd;
 pub mod page;

@@ -1,9 +1,9 @@
 //! Running a validated request against the export and encoding its reply.
 //! Shared by the inline path and the worker pool.
 
-use super::buffers::OutBuf;
 use super::errno::nbd_errno;
 use super::session::{Op, Session};
+use crate::out_buf::OutBuf;
 use memlend_store::{StoreError, StoreResult};
 use memlend_wire::nbd::{encode_error_chunk, encode_none_chunk, encode_offset_data_header};
 use memlend_wire::nbd::{Errno, SimpleReply, OFFSET_DATA_HEADER_LEN, SIMPLE_REPLY_LEN};

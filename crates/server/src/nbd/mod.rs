@@ -18,7 +18,6 @@ mod framing;
 mod handshake;
 mod server;
 mod session;
-mod sock;
 mod transmission;
 mod workers;
 

@@ -3,16 +3,17 @@
 //! store that batching is where the throughput comes from: one `read` and
 //! one `write` per batch instead of per request.
 
-use super::buffers::{InBuf, OutBuf};
+use super::buffers::InBuf;
 use super::config::NbdConfig;
 use super::error::ConnError;
 use super::framing::{next_frame, Frame};
 use super::session::{Op, Session};
-use super::sock::{recv_nowait, recv_waitall};
+use crate::out_buf::OutBuf;
+use memlend_net::{recv_spinning, recv_waitall};
 use memlend_wire::nbd::Errno;
 use std::io::{self, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How a connection in transmission ended without an error.
 #[derive(Debug, PartialEq, Eq)]
@@ -93,36 +94,13 @@ fn receive_rest(inbuf: &mut InBuf, stream: &TcpStream) -> io::Result<usize> {
     Ok(got.unwrap_or(0))
 }
 
-/// Poll for input for up to `spin`; None if nothing came. A busy client's
-/// next request usually arrives within the spin, and is then picked up
-/// without the ~10 µs cross-core wakeup of a thread sleeping in `read`.
+/// Poll for input for up to `spin`; None if nothing came.
 fn receive_spinning(
     inbuf: &mut InBuf,
     stream: &TcpStream,
     spin: Duration,
 ) -> io::Result<Option<usize>> {
-    if spin.is_zero() {
-        return Ok(None);
-    }
-    receive_until(inbuf, stream, Instant::now() + spin)
-}
-
-/// Poll for input until `deadline`; None if nothing came. The yield lets a
-/// client (or anything else) sharing this core run: on two cores, a plain
-/// spin loses more than it gains once there are two clients.
-fn receive_until(
-    inbuf: &mut InBuf,
-    stream: &TcpStream,
-    deadline: Instant,
-) -> io::Result<Option<usize>> {
-    // Bounded by the deadline; each pass is one non-blocking recv.
-    while Instant::now() < deadline {
-        if let Some(n) = inbuf.fill(|b| recv_nowait(stream, b))? {
-            return Ok(Some(n));
-        }
-        std::thread::yield_now();
-    }
-    Ok(None)
+    inbuf.fill(|b| recv_spinning(stream, b, spin))
 }
 
 /// Serve every complete request in `inbuf`. Bounded by the buffer: each

@@ -3,11 +3,11 @@
 //! writes its own reply when done, so replies leave out of order and a read
 //! overtakes a slow FLUSH.
 
-use super::buffers::OutBuf;
 use super::config::NbdConfig;
 use super::error::ConnError;
 use super::session::{Op, Session};
 use super::transmission::{run, Dispatch, End};
+use crate::out_buf::OutBuf;
 use parking_lot::Mutex;
 use std::io::{self, Write};
 use std::net::{Shutdown as NetShutdown, TcpStream};

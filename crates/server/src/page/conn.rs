@@ -6,16 +6,23 @@
 //! over every request that arrived together.
 
 use super::ops::{serve_request, Outcome};
-use super::out_buf::{self, OutBuf};
 use super::registry::{BorrowerId, Registry, Slab};
 use super::stats::{ConnCounters, ServerStats};
+use super::PageServerConfig;
+use crate::out_buf::OutBuf;
+use memlend_net::recv_spinning;
 use memlend_wire::page::{limits, RepHeader, ReqHeader, FATAL_TAG, REQ_HEADER_LEN};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Room for one largest frame plus a batch of small ones.
 const IN_BUF_BYTES: usize = REQ_HEADER_LEN + limits::MAX_PAYLOAD_BYTES as usize + (256 << 10);
+/// Send buffered replies once they reach this size, even mid-batch.
+const OUT_FLUSH_BYTES: usize = 256 << 10;
+/// Reply memory kept between batches: one flush batch plus a largest reply.
+const OUT_KEEP_BYTES: usize = OUT_FLUSH_BYTES + limits::MAX_REPLY_PAYLOAD_BYTES as usize + 4096;
 /// Slabs a connection remembers without asking the registry.
 const SLAB_CACHE_LEN: usize = 16;
 
@@ -24,6 +31,7 @@ pub struct Conn<'a> {
     pub registry: &'a Registry,
     pub borrower: BorrowerId,
     pub max_batch_pages: u32,
+    spin: Duration,
     pub stats: &'a ServerStats,
     inb: Vec<u8>,
     start: usize,
@@ -47,19 +55,20 @@ impl<'a> Conn<'a> {
         stream: TcpStream,
         registry: &'a Registry,
         borrower: BorrowerId,
-        max_batch_pages: u32,
+        cfg: &PageServerConfig,
         stats: &'a ServerStats,
     ) -> Self {
         Conn {
             stream,
             registry,
             borrower,
-            max_batch_pages,
+            max_batch_pages: cfg.max_batch_pages,
+            spin: cfg.spin_before_sleep,
             stats,
             inb: vec![0; IN_BUF_BYTES],
             start: 0,
             end: 0,
-            out: OutBuf::new(),
+            out: OutBuf::new(OUT_KEEP_BYTES),
             cache: Vec::with_capacity(SLAB_CACHE_LEN),
             counters: ConnCounters::default(),
         }
@@ -89,7 +98,7 @@ impl<'a> Conn<'a> {
                 Ok(h) => h,
                 Err(e) => {
                     let reply = RepHeader::status(e.status(), FATAL_TAG, 0);
-                    self.out.push(&reply.encode());
+                    self.out.extend(&reply.encode());
                     return Err(e.into());
                 }
             };
@@ -100,7 +109,7 @@ impl<'a> Conn<'a> {
             let payload_at = self.start + REQ_HEADER_LEN;
             self.serve(&h, payload_at..self.start + frame_len);
             self.start += frame_len;
-            if self.out.len() >= out_buf::FLUSH_BYTES {
+            if self.out.len() >= OUT_FLUSH_BYTES {
                 self.flush()?;
             }
         }
@@ -153,8 +162,13 @@ impl<'a> Conn<'a> {
             self.end -= self.start;
             self.start = 0;
         }
+        let spun = recv_spinning(&self.stream, &mut self.inb[self.end..], self.spin)?;
         loop {
-            match self.stream.read(&mut self.inb[self.end..]) {
+            let got = match spun {
+                Some(n) => Ok(n),
+                None => self.stream.read(&mut self.inb[self.end..]),
+            };
+            match got {
                 Ok(0) if self.end > 0 => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,

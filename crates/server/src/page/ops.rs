@@ -1,8 +1,8 @@
 //! Serving one decoded request: bounds, slab lookup, the store call, and the
 //! reply appended to the connection's output buffer.
 
-use super::out_buf::OutBuf;
 use super::registry::{BorrowerId, Registry, Slab};
+use crate::out_buf::OutBuf;
 use memlend_store::{ReadOp, StoreError, WriteOp, PAGE_SIZE};
 use memlend_wire::page::{self, Opcode, RepHeader, ReqHeader, StatReply, Status, REP_HEADER_LEN};
 
@@ -41,7 +41,7 @@ pub fn serve_request(
     match result {
         Ok(outcome) => outcome,
         Err(status) => {
-            out.push(&RepHeader::status(status, h.tag, h.seq).encode());
+            out.extend(&RepHeader::status(status, h.tag, h.seq).encode());
             Outcome::Failed(status)
         }
     }
@@ -138,7 +138,7 @@ fn indices(b: &[u8], count: u32) -> impl Iterator<Item = u64> + '_ {
 
 fn ok(out: &mut OutBuf, h: &ReqHeader, value: u64) -> Result<(), Status> {
     let reply = RepHeader { value, ..RepHeader::status(Status::Ok, h.tag, h.seq) };
-    out.push(&reply.encode());
+    out.extend(&reply.encode());
     Ok(())
 }
 
@@ -152,7 +152,7 @@ fn read_reply(
 ) -> Result<(), Status> {
     let at = out.len();
     let len_bytes = h.count as usize * PAGE_SIZE;
-    let (head, data) = out.grow(REP_HEADER_LEN + len_bytes).split_at_mut(REP_HEADER_LEN);
+    let (head, data) = out.reserve(REP_HEADER_LEN + len_bytes).split_at_mut(REP_HEADER_LEN);
     if let Err(e) = fill(data) {
         out.truncate(at);
         return Err(store_status(&e));
@@ -180,7 +180,7 @@ fn stat(ctx: &Ctx, h: &ReqHeader, out: &mut OutBuf) -> Result<(), Status> {
         payload_crc: page::payload_crc(&body),
         ..RepHeader::status(Status::Ok, h.tag, h.seq)
     };
-    out.push(&reply.encode());
-    out.push(&body);
+    out.extend(&reply.encode());
+    out.extend(&body);
     Ok(())
 }
