@@ -66,3 +66,90 @@ pub fn recv_spinning(
     }
     Ok(None)
 }
+
+/// How long a silent peer may go unnoticed: TCP keepalive probes after
+/// `idle`, every `interval`, `count` times; and unacknowledged data older
+/// than `user_timeout` breaks the connection. Without this a borrower whose
+/// network vanished would hold its connection slot and its slabs forever.
+pub struct Liveness {
+    pub idle: std::time::Duration,
+    pub interval: std::time::Duration,
+    pub count: u32,
+    pub user_timeout: std::time::Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        let s = std::time::Duration::from_secs;
+        Liveness { idle: s(10), interval: s(5), count: 3, user_timeout: s(30) }
+    }
+}
+
+/// Apply `l` to `stream`.
+pub fn set_liveness(stream: &TcpStream, l: &Liveness) -> io::Result<()> {
+    let secs = |d: std::time::Duration| d.as_secs().clamp(1, i32::MAX as u64) as libc::c_int;
+    let ms = l.user_timeout.as_millis().min(u32::MAX as u128) as libc::c_int;
+    setsockopt(stream, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    setsockopt(stream, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(l.idle))?;
+    setsockopt(stream, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(l.interval))?;
+    setsockopt(stream, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, l.count as libc::c_int)?;
+    setsockopt(stream, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
+}
+
+fn setsockopt(
+    stream: &TcpStream,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its size; the descriptor
+    // belongs to `stream`, which outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn liveness_applies_and_spinning_sees_data_and_end_of_stream() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        set_liveness(&a, &Liveness::default()).unwrap();
+        let mut buf = [0u8; 8];
+        let spin = std::time::Duration::from_micros(200);
+        assert_eq!(recv_spinning(&b, &mut buf, spin).unwrap(), None, "nothing sent yet");
+        std::io::Write::write_all(&mut &a, b"hi").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let got = loop {
+            if let Some(n) = recv_spinning(&b, &mut buf, spin).unwrap() {
+                break n;
+            }
+            assert!(std::time::Instant::now() < deadline);
+        };
+        assert_eq!(&buf[..got], b"hi");
+        drop(a);
+        let end = loop {
+            if let Some(n) = recv_spinning(&b, &mut buf, spin).unwrap() {
+                break n;
+            }
+            assert!(std::time::Instant::now() < deadline);
+        };
+        assert_eq!(end, 0, "end of stream");
+    }
+}

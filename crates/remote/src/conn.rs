@@ -32,6 +32,7 @@ impl Conn {
     pub fn connect(addr: SocketAddr, cfg: &ClientConfig) -> Result<Conn, ClientError> {
         let stream = TcpStream::connect_timeout(&addr, cfg.connect_timeout)?;
         stream.set_nodelay(true)?;
+        memlend_net::set_liveness(&stream, &memlend_net::Liveness::default())?;
         stream.set_read_timeout(Some(cfg.io_timeout))?;
         stream.set_write_timeout(Some(cfg.io_timeout))?;
         let mut conn = Conn {

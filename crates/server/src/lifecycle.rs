@@ -102,6 +102,9 @@ where
         };
         stream.set_nonblocking(false)?;
         let _ = stream.set_nodelay(true);
+        if let Err(e) = memlend_net::set_liveness(&stream, &memlend_net::Liveness::default()) {
+            tracing::warn!(server = what, %peer, error = %e, "cannot set TCP keepalive");
+        }
         let Some(guard) = shutdown.track(&stream, max_connections)? else {
             tracing::warn!(server = what, %peer, max_connections, "connection refused: limit reached");
             continue;
