@@ -1,5 +1,5 @@
-"""What the benchmarks share: paths, ports, the daemon, floors, output."""
-import json
+"""What the benchmarks share: paths, ports, the daemon, floor tools.
+Tables, JSON and plots are `report.py`."""
 import os
 import re
 import signal
@@ -8,7 +8,7 @@ import subprocess
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "bench", "results")
+RESULTS = os.path.join(ROOT, "bench", "results")  # the daemon log goes here too
 FLOORS_SRC = os.path.join(os.path.dirname(ROOT), "shared", "tools", "floors")
 
 
@@ -81,40 +81,3 @@ def grab(text, pattern):
     if not m:
         raise SystemExit(f"cannot find {pattern!r} in: {text}")
     return float(m.group(1))
-
-
-def print_table(title, rows):
-    """An aligned text table from a list of dicts with the same keys."""
-    if not rows:
-        return
-    cols = list(rows[0].keys())
-    cell = lambda v: "-" if v is None else str(v)  # noqa: E731
-    width = {c: max(len(c), *(len(cell(r[c])) for r in rows)) for c in cols}
-    print(f"\n{title}")
-    print("  ".join(c.rjust(width[c]) for c in cols))
-    print("  ".join("-" * width[c] for c in cols))
-    for r in rows:
-        print("  ".join(cell(r[c]).rjust(width[c]) for c in cols))
-
-
-def write_json(name, obj):
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, f"{name}.json")
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=2)
-    print(f"wrote {os.path.relpath(path, ROOT)}")
-
-
-def pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def save_plot(fig, name):
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, f"{name}.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    print(f"wrote {os.path.relpath(path, ROOT)}")

@@ -14,12 +14,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from report import Bars, Column, report  # noqa: E402
 
-ROOT = common.ROOT
 PAGES_PER_S_AT_TCP_STREAM = lambda gbit: gbit * 1e9 / 8 / 4096  # noqa: E731
 
 
@@ -64,43 +63,39 @@ def main():
             rows.append(r)
     fl = floors(secs)
     stream_pages = PAGES_PER_S_AT_TCP_STREAM(fl["tcp_stream_gbit_per_s"]) if fl else None
-    table = []
     for r in rows:
-        ratio = r["pages_per_s"] / stream_pages if stream_pages else None
-        table.append({
-            "op": r["op"], "conns": r["conns"], "depth": r["depth"], "pages/req": r["pages_per_req"],
-            "pages/s": round(r["pages_per_s"]), "Gbit/s": round(r["gbit_per_s"], 2),
-            "p50 us": round(r["latency_us_p50"], 1), "p99 us": round(r["latency_us_p99"], 1),
-            "vs TCP stream": round(ratio, 2) if ratio else None,
-        })
-    common.print_table("page protocol over TCP loopback", table)
+        r["point"] = f"{r['op']} {r['conns']}x{r['depth']} {r['pages_per_req']}p"
+        r["vs_tcp_stream"] = r["pages_per_s"] / stream_pages if stream_pages else None
+    notes = []
     if fl:
-        print(f"floors, same run: TCP 48 B / 4 KiB request-reply p50 {fl['tcp_rr_4k_p50_us']} us "
-              f"({fl['tcp_rr_4k_ops_per_s']:.0f}/s at depth 1); TCP stream "
-              f"{fl['tcp_stream_gbit_per_s']} Gbit/s = {stream_pages:.0f} pages/s")
-        qd1 = [r for r in rows if r["op"] == "read" and r["conns"] == 1 and r["depth"] == 1]
-        if qd1:
-            ratio = qd1[0]["latency_us_p50"] / fl["tcp_rr_4k_p50_us"]
-            print(f"read QD1 p50 / TCP request-reply p50 = {ratio:.2f}")
+        notes.append(f"TCP stream floor, same run: {stream_pages / 1e3:.0f} K pages/s "
+                     f"({fl['tcp_stream_gbit_per_s']} Gbit/s); TCP 4 KiB request-reply p50 "
+                     f"{fl['tcp_rr_4k_p50_us']} us")
+    report(
+        "proto", rows, COLUMNS,
+        plots=[Bars(x="point", series=[("pages_per_s", "memlend page protocol")],
+                    ylabel="pages/s", title="4 KiB pages over TCP loopback "
+                    "(op conns x depth, pages per request)", notes=notes)],
+        meta={"secs": secs, "load_avg_1m_start": load_before, "floors": fl},
+        title="page protocol over TCP loopback",
+    )
+    for n in notes:
+        print(n)
+    qd1 = [r for r in rows if r["op"] == "read" and r["conns"] == 1 and r["depth"] == 1]
+    if fl and qd1:
+        print(f"read QD1 p50 / TCP request-reply p50 = "
+              f"{qd1[0]['latency_us_p50'] / fl['tcp_rr_4k_p50_us']:.2f}")
     print(f"load average at start: {load_before:.2f}")
-    result = {"bench": "proto", "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "secs": secs,
-              "load_avg_1m_start": load_before, "floors": fl, "rows": rows}
-    common.write_json("proto", result)
-    plot(rows, stream_pages)
 
 
-def plot(rows, stream_pages):
-    plt = common.pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    labels = [f"{r['op']}\n{r['conns']}x{r['depth']}\n{r['pages_per_req']}p" for r in rows]
-    ax.bar(range(len(rows)), [r["pages_per_s"] / 1e3 for r in rows], color="#3b7dd8")
-    if stream_pages:
-        ax.axhline(stream_pages / 1e3, color="#d83b3b", ls="--", label="TCP stream floor (same run)")
-        ax.legend()
-    ax.set_xticks(range(len(rows)), labels, fontsize=7)
-    ax.set_ylabel("thousand pages/s")
-    ax.set_title("memlend page protocol, 4 KiB pages, loopback (conns x depth, pages/request)")
-    common.save_plot(fig, "proto")
+COLUMNS = [
+    Column("point", "point"),
+    Column("pages_per_s", "pages/s", "{:,.0f}"),
+    Column("gbit_per_s", "Gbit/s", "{:.2f}"),
+    Column("latency_us_p50", "p50 us", "{:.1f}"),
+    Column("latency_us_p99", "p99 us", "{:.1f}"),
+    Column("vs_tcp_stream", "vs TCP stream", "{:.2f}"),
+]
 
 
 if __name__ == "__main__":
