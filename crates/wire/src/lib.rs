@@ -4,3 +4,4 @@
 
 pub mod nbd;
 pub mod page;
+mod wire_enum;

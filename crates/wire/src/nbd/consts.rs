@@ -3,6 +3,8 @@
 //! prefix. Option and reply codes stay plain integers because an unknown
 //! one must be echoed back, not rejected at decode.
 
+use crate::wire_enum::wire_enum;
+
 /// `NBDMAGIC`: first 8 bytes the server sends.
 pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
 /// `IHAVEOPT`: the newstyle magic, also the prefix of every client option.
@@ -116,10 +118,9 @@ pub mod chunk_type {
     pub const ERROR_OFFSET: u16 = FLAG_ERROR | 2;
 }
 
+wire_enum! {
 /// Transmission commands (`NBD_CMD_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum Command {
+pub enum Command: u16 {
     Read = 0,
     Write = 1,
     Disc = 2,
@@ -129,27 +130,11 @@ pub enum Command {
     WriteZeroes = 6,
     BlockStatus = 7,
 }
-
-impl Command {
-    pub fn from_u16(v: u16) -> Option<Command> {
-        Some(match v {
-            0 => Command::Read,
-            1 => Command::Write,
-            2 => Command::Disc,
-            3 => Command::Flush,
-            4 => Command::Trim,
-            5 => Command::Cache,
-            6 => Command::WriteZeroes,
-            7 => Command::BlockStatus,
-            _ => return None,
-        })
-    }
 }
 
+wire_enum! {
 /// The error values a reply may carry: the protocol allows exactly these.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Errno {
+pub enum Errno: u32 {
     Perm = 1,
     Io = 5,
     NoMem = 12,
@@ -159,22 +144,9 @@ pub enum Errno {
     NotSup = 95,
     Shutdown = 108,
 }
+}
 
 impl Errno {
-    pub fn from_u32(v: u32) -> Option<Errno> {
-        Some(match v {
-            1 => Errno::Perm,
-            5 => Errno::Io,
-            12 => Errno::NoMem,
-            22 => Errno::Inval,
-            28 => Errno::NoSpc,
-            75 => Errno::Overflow,
-            95 => Errno::NotSup,
-            108 => Errno::Shutdown,
-            _ => return None,
-        })
-    }
-
     /// A short human string, sent in structured error chunks.
     pub fn describe(self) -> &'static str {
         match self {
@@ -203,12 +175,12 @@ mod tests {
     #[test]
     fn codes_round_trip() {
         for v in 0..=u16::MAX {
-            if let Some(c) = Command::from_u16(v) {
+            if let Some(c) = Command::from_wire(v) {
                 assert_eq!(c as u16, v);
             }
         }
         for v in 0..200u32 {
-            if let Some(e) = Errno::from_u32(v) {
+            if let Some(e) = Errno::from_wire(v) {
                 assert_eq!(e as u32, v);
             }
         }

@@ -29,7 +29,7 @@ impl Request {
     }
 
     pub fn command(&self) -> Option<Command> {
-        Command::from_u16(self.kind)
+        Command::from_wire(self.kind)
     }
 
     /// Bytes of data that follow this header on the wire. Only a WRITE has

@@ -1,10 +1,11 @@
 //! Numbered opcodes and status codes. Numbers are part of the wire format:
 //! never renumber, only add.
 
+use crate::wire_enum::wire_enum;
+
+wire_enum! {
 /// What a request asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Opcode {
+pub enum Opcode: u8 {
     /// No operation; measures a round trip.
     Ping = 1,
     /// Open a new slab of `page` pages; the reply's `value` is its id.
@@ -28,31 +29,11 @@ pub enum Opcode {
     /// Size in pages of slab `slab` in the reply's `value` (re-attach check).
     SlabInfo = 11,
 }
-
-impl Opcode {
-    pub fn from_u8(v: u8) -> Option<Self> {
-        use Opcode::*;
-        Some(match v {
-            1 => Ping,
-            2 => OpenSlab,
-            3 => CloseSlab,
-            4 => Read,
-            5 => Write,
-            6 => ReadV,
-            7 => WriteV,
-            8 => Discard,
-            9 => Flush,
-            10 => Stat,
-            11 => SlabInfo,
-            _ => return None,
-        })
-    }
 }
 
+wire_enum! {
 /// The outcome of a request (or of the handshake). `Ok` is 0.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum Status {
+pub enum Status: u16 {
     Ok = 0,
     BadMagic = 1,
     BadHeaderCrc = 2,
@@ -74,31 +55,12 @@ pub enum Status {
     /// A status number this build does not know (from a newer peer).
     Unknown = 0xffff,
 }
+}
 
 impl Status {
+    /// Decode a status; one from a newer peer reads as `Unknown`.
     pub fn from_u16(v: u16) -> Self {
-        use Status::*;
-        match v {
-            0 => Ok,
-            1 => BadMagic,
-            2 => BadHeaderCrc,
-            3 => BadPayloadCrc,
-            4 => UnknownOpcode,
-            5 => BadLength,
-            6 => OutOfRange,
-            7 => NoSuchSlab,
-            8 => NoSpace,
-            9 => TooManySlabs,
-            10 => BatchTooLarge,
-            11 => IoError,
-            12 => Corrupt,
-            13 => AuthFailed,
-            14 => VersionUnsupported,
-            15 => TooManyConnections,
-            16 => ShuttingDown,
-            17 => BadFlags,
-            _ => Unknown,
-        }
+        Status::from_wire(v).unwrap_or(Status::Unknown)
     }
 }
 

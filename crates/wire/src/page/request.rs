@@ -96,7 +96,7 @@ impl ReqHeader {
     /// Check the fields against the opcode. The payload (already bounded by
     /// `decode`) can be skipped after an error here, so the stream survives.
     pub fn validate(&self, max_batch_pages: u32) -> Result<Opcode, FrameError> {
-        let op = Opcode::from_u8(self.opcode).ok_or(FrameError::UnknownOpcode(self.opcode))?;
+        let op = Opcode::from_wire(self.opcode).ok_or(FrameError::UnknownOpcode(self.opcode))?;
         if self.flags != 0 {
             return Err(FrameError::BadFlags(self.flags as u32));
         }
