@@ -1,0 +1,25 @@
+//! Far-memory regions: anonymous memory whose pages live partly in a
+//! [`memlend_store::PageStore`], faulted in on demand through userfaultfd.
+//!
+//! A [`Region`] keeps at most `budget_pages` of its pages mapped. One handler
+//! thread answers every fault: a page never written out is zero-filled with no
+//! store I/O; a page evicted earlier is read from the store (one `read`) and
+//! mapped with UFFDIO_COPY. Before a fault would exceed the budget, a batch of
+//! the oldest pages is moved out of the region (UFFDIO_MOVE, so no write can
+//! slip in unseen) and written to the store in one `write`.
+//!
+//! The `unsafe` code is at two edges: `uffd` (the userfaultfd ioctls) and
+//! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.
+
+mod error;
+mod handler;
+mod mem;
+mod region;
+mod state;
+mod stats;
+mod uffd;
+
+pub use error::{FaultError, Result};
+pub use region::{Region, RegionConfig};
+pub use state::METADATA_BYTES_PER_PAGE;
+pub use stats::RegionStats;

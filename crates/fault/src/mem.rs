@@ -1,0 +1,81 @@
+//! The mmap edge: an anonymous private mapping, its `madvise` calls and its
+//! unmapping. Nothing else in the crate calls mmap, madvise or munmap.
+
+use memlend_store::PAGE_SIZE;
+use std::io;
+
+/// An anonymous, private, unreserved mapping of whole pages, unmapped on drop.
+pub struct Mapping {
+    addr: usize,
+    len_bytes: usize,
+}
+
+impl Mapping {
+    /// Map `pages` pages of anonymous memory with no swap reservation and no
+    /// transparent huge pages (the handler maps and evicts 4 KiB at a time).
+    pub fn new(pages: usize) -> io::Result<Mapping> {
+        let len_bytes = pages
+            .checked_mul(PAGE_SIZE)
+            .filter(|&l| l > 0)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's
+        // choosing cannot alias any memory we already use.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len_bytes, prot, flags, -1, 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let map = Mapping { addr: ptr as usize, len_bytes };
+        map.advise(0, len_bytes, libc::MADV_NOHUGEPAGE)?;
+        Ok(map)
+    }
+
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+
+    /// Drop the pages at `offset..offset + len_bytes`; on a registered range
+    /// the next touch faults to the handler again.
+    pub fn discard(&self, offset: usize, len_bytes: usize) -> io::Result<()> {
+        self.advise(offset, len_bytes, libc::MADV_DONTNEED)
+    }
+
+    /// The bytes of pages `first..first + count`. The caller must know these
+    /// pages are present (mapped by the handler itself), or reading them would
+    /// fault to the very thread that is reading.
+    pub fn present_pages(&self, first: usize, count: usize) -> &[u8] {
+        let offset = first * PAGE_SIZE;
+        let len_bytes = count * PAGE_SIZE;
+        assert!(offset + len_bytes <= self.len_bytes, "pages outside mapping");
+        // SAFETY: the range lies inside our live mapping (checked above), and
+        // the mapping is readable. Only the handler thread uses this view,
+        // and it only writes these pages through the kernel (UFFDIO_MOVE),
+        // never while the returned slice is alive.
+        unsafe { std::slice::from_raw_parts((self.addr + offset) as *const u8, len_bytes) }
+    }
+
+    fn advise(&self, offset: usize, len_bytes: usize, advice: i32) -> io::Result<()> {
+        assert!(offset + len_bytes <= self.len_bytes, "advice outside mapping");
+        // SAFETY: the range lies inside our own mapping (checked above);
+        // MADV_DONTNEED and MADV_NOHUGEPAGE change residency, never validity.
+        let rc = unsafe { libc::madvise((self.addr + offset) as *mut _, len_bytes, advice) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we mapped exactly this range and nothing borrows it any
+        // more: `present_pages` borrows `self`, and the region's owner
+        // promises no access through its raw pointer after drop.
+        unsafe { libc::munmap(self.addr as *mut _, self.len_bytes) };
+    }
+}

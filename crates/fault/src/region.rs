@@ -1,0 +1,132 @@
+//! `Region`: the mapping, its userfaultfd registration and its handler thread.
+
+use crate::error::{FaultError, Result};
+use crate::handler::Handler;
+use crate::mem::Mapping;
+use crate::state::PageTable;
+use crate::stats::{Counters, RegionStats};
+use crate::uffd::Uffd;
+use memlend_store::{PageStore, PAGE_SIZE};
+use std::io::PipeWriter;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// What a [`Region`] maps and how much of it may be resident.
+#[derive(Clone, Debug)]
+pub struct RegionConfig {
+    /// Size of the region: a non-zero multiple of 4 KiB, at most 2^32 pages.
+    pub size_bytes: usize,
+    /// Most pages mapped at once; at least one.
+    pub budget_pages: usize,
+    /// Pages evicted per batch (one store `write`); `1..=budget_pages`.
+    pub evict_batch_pages: usize,
+}
+
+impl Default for RegionConfig {
+    fn default() -> Self {
+        RegionConfig { size_bytes: 0, budget_pages: 0, evict_batch_pages: 32 }
+    }
+}
+
+/// Anonymous memory backed by a page store beyond `budget_pages` resident.
+///
+/// Access it through [`Region::as_ptr`]. Dropping the region stops and joins
+/// its handler and unmaps the memory: the owner must make sure no thread
+/// touches the region after that.
+pub struct Region {
+    // Field order is drop order: the handler is stopped in `drop` before the
+    // mapping goes.
+    stop: Option<PipeWriter>,
+    thread: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    map: Mapping,
+}
+
+impl Region {
+    pub fn new(config: RegionConfig, store: Arc<dyn PageStore>) -> Result<Region> {
+        let pages = check_config(&config, store.info().pages)?;
+        let map = Mapping::new(pages as usize).map_err(FaultError::os("mmap region"))?;
+        let staging =
+            Mapping::new(config.evict_batch_pages).map_err(FaultError::os("mmap staging"))?;
+        let uffd = Uffd::open().map_err(FaultError::os("open userfaultfd"))?;
+        uffd.register_missing(map.addr(), map.len_bytes())
+            .map_err(FaultError::os("register region"))?;
+        uffd.register_missing(staging.addr(), staging.len_bytes())
+            .map_err(FaultError::os("register staging"))?;
+        let counters = Arc::new(Counters::default());
+        let handler = Handler {
+            uffd,
+            base: map.addr(),
+            pages,
+            table: PageTable::new(pages),
+            store,
+            counters: counters.clone(),
+            budget_pages: config.budget_pages,
+            staging,
+            page_buf: vec![0; PAGE_SIZE],
+            zero_page: vec![0; PAGE_SIZE],
+            victims: Vec::with_capacity(config.evict_batch_pages),
+        };
+        let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
+        let thread = std::thread::Builder::new()
+            .name("memlend-fault".into())
+            .spawn(move || handler.run(stop_rx))
+            .map_err(FaultError::os("spawn fault handler"))?;
+        Ok(Region { stop: Some(stop_tx), thread: Some(thread), counters, map })
+    }
+
+    /// Start of the region. Valid for reads and writes of `len()` bytes
+    /// until the region is dropped.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.addr() as *mut u8
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len_bytes()
+    }
+
+    /// Never true: a region has at least one page.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn stats(&self) -> RegionStats {
+        self.counters.snapshot()
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // Closing the pipe's write end wakes the handler's poll with POLLHUP.
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("fault handler panicked");
+            }
+        }
+    }
+}
+
+/// The region's page count, once the config and store size are checked.
+fn check_config(config: &RegionConfig, store_pages: u64) -> Result<u32> {
+    let bad = |why: String| Err(FaultError::Config(why));
+    if config.size_bytes == 0 || !config.size_bytes.is_multiple_of(PAGE_SIZE) {
+        return bad(format!("size {} is not whole pages", config.size_bytes));
+    }
+    let Ok(pages) = u32::try_from(config.size_bytes / PAGE_SIZE) else {
+        return bad(format!("size {} is over 2^32 pages", config.size_bytes));
+    };
+    if config.budget_pages == 0 {
+        return bad("budget is zero pages".into());
+    }
+    if config.evict_batch_pages == 0 || config.evict_batch_pages > config.budget_pages {
+        return bad(format!(
+            "eviction batch {} is not in 1..={}",
+            config.evict_batch_pages, config.budget_pages
+        ));
+    }
+    if store_pages < u64::from(pages) {
+        return bad(format!("store has {store_pages} pages, region {pages}"));
+    }
+    Ok(pages)
+}

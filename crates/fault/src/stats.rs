@@ -1,0 +1,53 @@
+//! Region counters: relaxed atomics, written by the handler thread, read by
+//! anyone. Each counter is exact; two may disagree by a fault in flight.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub zero_filled: AtomicU64,
+    pub from_store: AtomicU64,
+    pub already_mapped: AtomicU64,
+    pub eviction_batches: AtomicU64,
+    pub pages_written_back: AtomicU64,
+    pub pages_poisoned: AtomicU64,
+    pub pages_resident: AtomicU64,
+}
+
+/// A snapshot of [`crate::Region::stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionStats {
+    /// Faults answered with a zero page, with no store I/O.
+    pub faults_zero_filled: u64,
+    /// Faults answered by one store read and UFFDIO_COPY.
+    pub faults_from_store: u64,
+    /// Fault messages for pages already mapped by then (a thread racing
+    /// another on one page): woken, nothing else.
+    pub faults_already_mapped: u64,
+    /// Eviction batches, each one store `write`.
+    pub eviction_batches: u64,
+    /// Pages written to the store by evictions.
+    pub pages_written_back: u64,
+    /// Pages whose store read failed, poisoned so the accessor gets SIGBUS.
+    pub pages_poisoned: u64,
+    /// Pages mapped in the region now.
+    pub pages_resident: u64,
+}
+
+impl Counters {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> RegionStats {
+        RegionStats {
+            faults_zero_filled: self.zero_filled.load(Relaxed),
+            faults_from_store: self.from_store.load(Relaxed),
+            faults_already_mapped: self.already_mapped.load(Relaxed),
+            eviction_batches: self.eviction_batches.load(Relaxed),
+            pages_written_back: self.pages_written_back.load(Relaxed),
+            pages_poisoned: self.pages_poisoned.load(Relaxed),
+            pages_resident: self.pages_resident.load(Relaxed),
+        }
+    }
+}

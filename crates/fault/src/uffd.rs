@@ -1,0 +1,265 @@
+//! The userfaultfd edge: the file descriptor, its ioctls and its messages.
+//!
+//! libc has no userfaultfd definitions, so the structs and request numbers of
+//! `<linux/userfaultfd.h>` are spelled out here. Every call takes a range the
+//! caller has checked lies inside a mapping registered with this descriptor;
+//! the kernel checks it again and answers EINVAL/ENOENT otherwise, so a wrong
+//! range is an error, never memory unsafety.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+const UFFD_API: u64 = 0xAA;
+/// `_IOWR(0xAA, nr, size)`, `_IOR(0xAA, nr, size)`, `_IO(0xAA, nr)`.
+const fn iowr(nr: u64, size: usize) -> u64 {
+    (3 << 30) | ((size as u64) << 16) | (0xAA << 8) | nr
+}
+const fn ior(nr: u64, size: usize) -> u64 {
+    (2 << 30) | ((size as u64) << 16) | (0xAA << 8) | nr
+}
+const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
+const UFFDIO_API: u64 = iowr(0x3F, size_of::<ApiArgs>());
+const UFFDIO_REGISTER: u64 = iowr(0x00, size_of::<RegisterArgs>());
+const UFFDIO_WAKE: u64 = ior(0x02, size_of::<Range>());
+const UFFDIO_COPY: u64 = iowr(0x03, size_of::<CopyArgs>());
+const UFFDIO_ZEROPAGE: u64 = iowr(0x04, size_of::<RangeArgs>());
+const UFFDIO_MOVE: u64 = iowr(0x05, size_of::<CopyArgs>());
+const UFFDIO_POISON: u64 = iowr(0x08, size_of::<RangeArgs>());
+
+const FEATURE_POISON: u64 = 1 << 14;
+const FEATURE_MOVE: u64 = 1 << 16;
+const REGISTER_MODE_MISSING: u64 = 1;
+const EVENT_PAGEFAULT: u8 = 0x12;
+const PAGEFAULT_FLAG_WRITE: u64 = 1;
+
+#[repr(C)]
+struct ApiArgs {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Range {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+struct RegisterArgs {
+    range: Range,
+    mode: u64,
+    ioctls: u64,
+}
+
+/// `uffdio_copy` and `uffdio_move` share this layout.
+#[repr(C)]
+struct CopyArgs {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    result: i64,
+}
+
+/// `uffdio_zeropage` and `uffdio_poison` share this layout.
+#[repr(C)]
+struct RangeArgs {
+    range: Range,
+    mode: u64,
+    result: i64,
+}
+
+/// `struct uffd_msg`: 32 bytes, of which a page fault uses the address.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct RawMsg {
+    event: u8,
+    reserved: [u8; 7],
+    flags: u64,
+    address: u64,
+    extra: u64,
+}
+const _: () = assert!(size_of::<RawMsg>() == 32);
+
+/// One page fault, as the handler needs it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fault {
+    pub addr: usize,
+    /// A write: the page is about to be dirtied, so a zero page would only
+    /// be copied on write at once.
+    pub write: bool,
+}
+
+/// A userfaultfd, opened non-blocking with the features this crate uses
+/// (MOVE for eviction, POISON for pages whose store read failed).
+pub struct Uffd {
+    fd: OwnedFd,
+}
+
+impl Uffd {
+    pub fn open() -> io::Result<Uffd> {
+        let fd = open_raw()?;
+        let uffd = Uffd { fd };
+        let mut api = ApiArgs { api: UFFD_API, features: FEATURE_POISON | FEATURE_MOVE, ioctls: 0 };
+        uffd.ioctl(UFFDIO_API, &mut api)?;
+        Ok(uffd)
+    }
+
+    /// Ask for MISSING faults on `start..start + len_bytes`.
+    pub fn register_missing(&self, start: usize, len_bytes: usize) -> io::Result<()> {
+        let mut args =
+            RegisterArgs { range: range(start, len_bytes), mode: REGISTER_MODE_MISSING, ioctls: 0 };
+        self.ioctl(UFFDIO_REGISTER, &mut args)
+    }
+
+    /// Map a copy of `src` (one or more whole pages) at `dst`, waking faulters.
+    pub fn copy(&self, dst: usize, src: &[u8]) -> io::Result<()> {
+        let mut args = CopyArgs {
+            dst: dst as u64,
+            src: src.as_ptr() as u64,
+            len: src.len() as u64,
+            mode: 0,
+            result: 0,
+        };
+        self.ioctl(UFFDIO_COPY, &mut args)
+    }
+
+    /// Map the shared zero page over `start..start + len_bytes`.
+    pub fn zeropage(&self, start: usize, len_bytes: usize) -> io::Result<()> {
+        let mut args = RangeArgs { range: range(start, len_bytes), mode: 0, result: 0 };
+        self.ioctl(UFFDIO_ZEROPAGE, &mut args)
+    }
+
+    /// Move the pages at `src` to `dst` (whose PTEs must be empty): afterwards
+    /// `src` is missing, so any access faults to us. Atomic per page, unlike
+    /// copy-then-MADV_DONTNEED, which loses a write landing in between.
+    pub fn move_pages(&self, dst: usize, src: usize, len_bytes: usize) -> io::Result<()> {
+        let mut args = CopyArgs {
+            dst: dst as u64,
+            src: src as u64,
+            len: len_bytes as u64,
+            mode: 0,
+            result: 0,
+        };
+        self.ioctl(UFFDIO_MOVE, &mut args)
+    }
+
+    /// Wake threads waiting on `start..start + len_bytes` (a fault someone
+    /// else already resolved).
+    pub fn wake(&self, start: usize, len_bytes: usize) -> io::Result<()> {
+        let mut args = range(start, len_bytes);
+        self.ioctl(UFFDIO_WAKE, &mut args)
+    }
+
+    /// Mark the range poisoned: accessing it raises SIGBUS in the accessor.
+    pub fn poison(&self, start: usize, len_bytes: usize) -> io::Result<()> {
+        let mut args = RangeArgs { range: range(start, len_bytes), mode: 0, result: 0 };
+        self.ioctl(UFFDIO_POISON, &mut args)
+    }
+
+    /// Read pending page faults into `faults`; returns how many. Zero means
+    /// none pending right now (the descriptor is non-blocking).
+    pub fn read_faults(&self, faults: &mut [Fault; 16]) -> io::Result<usize> {
+        let mut msgs = [RawMsg::default(); 16];
+        // SAFETY: `msgs` is writable for its full size in bytes, which is what
+        // we pass; RawMsg is plain data, so any bytes the kernel writes are a
+        // valid value.
+        let n = unsafe {
+            libc::read(self.fd.as_raw_fd(), msgs.as_mut_ptr().cast(), size_of_val(&msgs))
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EAGAIN) => Ok(0),
+                _ => Err(err),
+            };
+        }
+        let got = n as usize / size_of::<RawMsg>();
+        let mut count = 0;
+        for msg in msgs[..got].iter().filter(|m| m.event == EVENT_PAGEFAULT) {
+            faults[count] =
+                Fault { addr: msg.address as usize, write: msg.flags & PAGEFAULT_FLAG_WRITE != 0 };
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    fn ioctl<T>(&self, request: u64, args: &mut T) -> io::Result<()> {
+        // SAFETY: every request number above is paired by its caller with the
+        // `#[repr(C)]` struct of matching size and layout, which the kernel
+        // reads and writes only within that size. Ranges it acts on are
+        // checked by the kernel against this descriptor's registrations.
+        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), request as _, args as *mut T) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for Uffd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn range(start: usize, len_bytes: usize) -> Range {
+    Range { start: start as u64, len: len_bytes as u64 }
+}
+
+/// The syscall first; where it is refused to unprivileged callers,
+/// `/dev/userfaultfd` (whose file mode decides instead).
+fn open_raw() -> io::Result<OwnedFd> {
+    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    // SAFETY: userfaultfd(2) takes one integer argument and returns a new fd
+    // or -1; it touches no memory of ours.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+    if fd >= 0 {
+        // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    }
+    let dev = std::fs::File::open("/dev/userfaultfd")?;
+    // SAFETY: USERFAULTFD_IOC_NEW takes its flags by value and returns a new fd.
+    let fd = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above, a fresh fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Which of the two descriptors [`wait`] saw ready.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ready {
+    Faults,
+    Stop,
+    /// Timed out or interrupted: look at the stop flag and wait again.
+    Nothing,
+}
+
+/// Block until `uffd` has messages or `stop` is readable or hung up, or
+/// `timeout_ms` passes.
+pub fn wait(uffd: &Uffd, stop: impl AsFd, timeout_ms: i32) -> io::Result<Ready> {
+    let mut fds = [
+        libc::pollfd { fd: stop.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: uffd.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+    ];
+    // SAFETY: `fds` is a valid array of two pollfd, and we pass its length.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EINTR) => Ok(Ready::Nothing),
+            _ => Err(err),
+        };
+    }
+    if fds[0].revents != 0 {
+        Ok(Ready::Stop)
+    } else if fds[1].revents != 0 {
+        Ok(Ready::Faults)
+    } else {
+        Ok(Ready::Nothing)
+    }
+}

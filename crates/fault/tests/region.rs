@@ -1,0 +1,228 @@
+//! Regions over real userfaultfd and real bytes: patterns survive eviction,
+//! untouched pages cost no store I/O, threads race on pages, drop stops.
+
+use memlend_fault::{Region, RegionConfig};
+use memlend_store::layer::Stats;
+use memlend_store::ram::{RamOptions, RamStore};
+use memlend_store::{PageStore, PAGE_SIZE};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WORDS_PER_PAGE: usize = PAGE_SIZE / 8;
+
+fn ram_store(pages: usize) -> Arc<Stats<RamStore>> {
+    let ram = RamStore::new(pages as u64, RamOptions::default()).unwrap();
+    Arc::new(Stats::new(ram))
+}
+
+fn region(size_bytes: usize, budget_pages: usize, store: Arc<dyn PageStore>) -> Region {
+    let config = RegionConfig { size_bytes, budget_pages, evict_batch_pages: 32.min(budget_pages) };
+    Region::new(config, store).unwrap()
+}
+
+/// The region as words. Threads that share a region touch disjoint words
+/// through `word_ptr` instead.
+fn words(region: &mut Region) -> &mut [u64] {
+    // SAFETY: the region is a live, writable, page-aligned mapping of
+    // `len()` bytes for as long as `region` is borrowed, and the exclusive
+    // borrow keeps this the only view.
+    unsafe { std::slice::from_raw_parts_mut(region.as_ptr().cast(), region.len() / 8) }
+}
+
+fn word_ptr(base: usize, page: usize, word: usize) -> *mut u64 {
+    (base + page * PAGE_SIZE + word * 8) as *mut u64
+}
+
+fn pattern(page: usize, word: usize, seed: u64) -> u64 {
+    (page as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (word as u64) << 40 ^ seed
+}
+
+#[test]
+fn patterns_survive_heavy_eviction() {
+    const SIZE: usize = 64 << 20;
+    const BUDGET_PAGES: usize = (4 << 20) / PAGE_SIZE;
+    let pages = SIZE / PAGE_SIZE;
+    let store = ram_store(pages);
+    let mut region = region(SIZE, BUDGET_PAGES, store.clone());
+
+    let start = Instant::now();
+    for (page, chunk) in words(&mut region).chunks_mut(WORDS_PER_PAGE).enumerate() {
+        for (word, w) in chunk.iter_mut().enumerate() {
+            *w = pattern(page, word, 1);
+        }
+    }
+    let write_s = start.elapsed().as_secs_f64();
+    let after_write = region.stats();
+
+    let start = Instant::now();
+    for (page, chunk) in words(&mut region).chunks(WORDS_PER_PAGE).enumerate() {
+        for (word, &w) in chunk.iter().enumerate() {
+            assert_eq!(w, pattern(page, word, 1), "page {page} word {word}");
+        }
+    }
+    let read_s = start.elapsed().as_secs_f64();
+    let stats = region.stats();
+    let from_store = stats.faults_from_store - after_write.faults_from_store;
+    eprintln!(
+        "write pass: {:.0} zero-fill faults/s; read pass: {:.0} store faults/s; {stats:?}",
+        after_write.faults_zero_filled as f64 / write_s,
+        from_store as f64 / read_s,
+    );
+    assert!(stats.pages_resident <= BUDGET_PAGES as u64, "{stats:?}");
+    assert!(stats.eviction_batches > 0, "{stats:?}");
+    assert!(from_store as usize >= pages - BUDGET_PAGES, "{stats:?}");
+    assert_eq!(stats.faults_zero_filled as usize, pages, "{stats:?}");
+    assert_eq!(stats.pages_poisoned, 0);
+    let io = store.snapshot();
+    assert_eq!(io.read.pages, stats.faults_from_store);
+    assert_eq!(io.write.pages, stats.pages_written_back);
+    assert!(io.write.ops <= stats.eviction_batches, "one write per batch");
+}
+
+#[test]
+fn untouched_pages_read_zero_without_store_reads() {
+    const SIZE: usize = 16 << 20;
+    let store = ram_store(SIZE / PAGE_SIZE);
+    let mut region = region(SIZE, 256, store.clone());
+    let nonzero = words(&mut region).iter().filter(|&&w| w != 0).count();
+    assert_eq!(nonzero, 0);
+    let stats = region.stats();
+    assert_eq!(stats.faults_zero_filled as usize, SIZE / PAGE_SIZE, "{stats:?}");
+    assert_eq!(store.snapshot().read.ops, 0, "{stats:?}");
+    assert_eq!(stats.faults_from_store, 0);
+}
+
+/// Each of `threads` threads writes its own words of every page in `pages`,
+/// then checks them. With `overlap`, all threads share every page (word
+/// `w` belongs to thread `w % threads`); without, each owns every
+/// `threads`-th page.
+fn race(threads: usize, pages: usize, overlap: bool) {
+    let store = ram_store(pages);
+    let mut region = region(pages * PAGE_SIZE, 64, store);
+    let base = region.as_ptr() as usize;
+    let mine = |t: usize, page: usize, word: usize| {
+        if overlap {
+            word % threads == t
+        } else {
+            page % threads == t
+        }
+    };
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            scope.spawn(move || {
+                for pass in 0..2 {
+                    for page in 0..pages {
+                        for word in (0..WORDS_PER_PAGE).filter(|&w| mine(t, page, w)) {
+                            let ptr = word_ptr(base, page, word);
+                            let want = pattern(page, word, t as u64);
+                            // SAFETY: `ptr` is an aligned word inside the live
+                            // region, and only thread `t` accesses this word.
+                            unsafe {
+                                if pass == 0 {
+                                    ptr.write_volatile(want);
+                                } else {
+                                    assert_eq!(ptr.read_volatile(), want, "page {page}");
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    for (page, chunk) in words(&mut region).chunks(WORDS_PER_PAGE).enumerate() {
+        for (word, &w) in chunk.iter().enumerate() {
+            let owner = (0..threads).find(|&t| mine(t, page, word)).unwrap();
+            assert_eq!(w, pattern(page, word, owner as u64), "page {page} word {word}");
+        }
+    }
+    let stats = region.stats();
+    assert!(stats.pages_resident <= 64, "{stats:?}");
+    assert!(stats.faults_from_store > 0, "{stats:?}");
+}
+
+#[test]
+fn threads_on_disjoint_pages() {
+    race(4, 2048, false);
+}
+
+#[test]
+fn threads_on_shared_pages() {
+    race(4, 1024, true);
+}
+
+/// Two threads increment their own word of a few hot pages in a tight loop
+/// while a third sweeps the rest of the region, so FIFO keeps evicting the
+/// hot pages under the writers. An eviction that copied a page out and then
+/// dropped it would lose the increments landing in between.
+#[test]
+fn no_write_lost_to_eviction() {
+    const WRITERS: usize = 2;
+    const HOT_PAGES: usize = 4;
+    const PAGES: usize = 512;
+    const SWEEP_FAULTS: usize = 4 * PAGES;
+    let mut region = region(PAGES * PAGE_SIZE, 64, ram_store(PAGES));
+    let base = region.as_ptr() as usize;
+    let swept = AtomicBool::new(false);
+    let rounds: Vec<u64> = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|t| {
+                let swept = &swept;
+                scope.spawn(move || {
+                    let mut rounds = 0;
+                    while !swept.load(Relaxed) && rounds < 1 << 30 {
+                        for page in 0..HOT_PAGES {
+                            let ptr = word_ptr(base, page, t);
+                            // SAFETY: an aligned word inside the live region
+                            // that only thread `t` accesses.
+                            unsafe { ptr.write_volatile(ptr.read_volatile() + 1) };
+                        }
+                        rounds += 1;
+                    }
+                    rounds
+                })
+            })
+            .collect();
+        for fault in 0..SWEEP_FAULTS {
+            let page = HOT_PAGES + fault % (PAGES - HOT_PAGES);
+            // SAFETY: an aligned word inside the live region that only this
+            // (the sweeping) thread accesses.
+            unsafe { word_ptr(base, page, WRITERS).write_volatile(1) };
+        }
+        swept.store(true, Relaxed);
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let stats = region.stats();
+    for (page, chunk) in words(&mut region).chunks(WORDS_PER_PAGE).take(HOT_PAGES).enumerate() {
+        assert_eq!(chunk[..WRITERS], rounds[..], "page {page}, {stats:?}");
+    }
+    // Each hot page was evicted and faulted back many times meanwhile.
+    assert!(stats.faults_from_store > 10 * HOT_PAGES as u64, "{stats:?}");
+}
+
+#[test]
+fn drop_when_idle_stops_the_handler() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut region = region(1 << 20, 16, ram_store(256));
+        words(&mut region)[0] = 7;
+        std::thread::sleep(Duration::from_millis(50));
+        drop(region);
+        done_tx.send(()).unwrap();
+    });
+    done_rx.recv_timeout(Duration::from_secs(10)).expect("dropping an idle region did not return");
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    let store: Arc<dyn PageStore> = ram_store(16);
+    let bad = [(0, 4, 1), (4097, 4, 1), (PAGE_SIZE, 0, 1), (PAGE_SIZE, 4, 5)];
+    for (size_bytes, budget_pages, evict_batch_pages) in bad {
+        let config = RegionConfig { size_bytes, budget_pages, evict_batch_pages };
+        assert!(Region::new(config, store.clone()).is_err());
+    }
+    let too_big =
+        RegionConfig { size_bytes: 17 * PAGE_SIZE, budget_pages: 4, evict_batch_pages: 1 };
+    assert!(Region::new(too_big, store).is_err(), "store smaller than region");
+}
