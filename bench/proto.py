@@ -66,16 +66,17 @@ def main():
     for r in rows:
         r["point"] = f"{r['op']} {r['conns']}x{r['depth']} {r['pages_per_req']}p"
         r["vs_tcp_stream"] = r["pages_per_s"] / stream_pages if stream_pages else None
-    notes = []
+    notes, hlines = [], []
     if fl:
         notes.append(f"TCP stream floor, same run: {stream_pages / 1e3:.0f} K pages/s "
                      f"({fl['tcp_stream_gbit_per_s']} Gbit/s); TCP 4 KiB request-reply p50 "
                      f"{fl['tcp_rr_4k_p50_us']} us")
+        hlines.append((stream_pages, "TCP stream floor (same run)"))
     report(
         "proto", rows, COLUMNS,
         plots=[Bars(x="point", series=[("pages_per_s", "memlend page protocol")],
                     ylabel="pages/s", title="4 KiB pages over TCP loopback "
-                    "(op conns x depth, pages per request)", notes=notes)],
+                    "(op conns x depth, pages per request)", hlines=hlines)],
         meta={"secs": secs, "load_avg_1m_start": load_before, "floors": fl},
         title="page protocol over TCP loopback",
     )

@@ -44,6 +44,8 @@ class Bars:
     title: str = ""
     log: bool = False
     notes: list = field(default_factory=list)
+    # (y, label) reference lines, e.g. a floor measured in the same run
+    hlines: list = field(default_factory=list)
 
 
 def table(rows, columns):
@@ -86,9 +88,11 @@ def plot(path, rows, plots):
             ax.set_yscale("log")
         if spec.title:
             ax.set_title(spec.title, fontsize=10)
+        for y, label in spec.hlines:
+            ax.axhline(y, color="#c0392b", linestyle="--", linewidth=1, label=label)
         for note in spec.notes:
             ax.text(0.01, 0.97, note, transform=ax.transAxes, va="top", fontsize=8)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper right")
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
