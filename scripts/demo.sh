@@ -44,6 +44,10 @@ if "$BIN/memlend" status --donor "127.0.0.1:$page_port" --key "$work/wrong.key" 
   echo "demo: a wrong key was accepted" >&2; exit 1
 fi
 
+step "far memory (first slice): a 512 MiB region with a 128 MiB local budget, pages on the donor"
+far_out=$("$BIN/memlend" far "${K[@]}" --size 512M --local 128M)
+echo "$far_out"
+
 step "NBD: real clients against the export"
 nbdinfo "nbd://127.0.0.1:$nbd_port/demo" | grep -E "export-size|block_size|can_multi_conn" | sed 's/^/  /'
 head -c 128M /dev/urandom >"$work/in.img"
@@ -62,8 +66,9 @@ echo "fio nbd engine, 4 KiB 70/30 random, QD32: $r_iops read + $w_iops write IOP
 step "summary"
 printf '  %-34s %s\n' "native: written and read back" "$(grep -o '[0-9.]* [KMG]iB to slab' <<<"$verify_out" | cut -d' ' -f1-2), $(grep -o '[0-9]* of [0-9]* pages differ' <<<"$verify_out")"
 printf '  %-34s %s\n' "native: 4 conns x 32 in flight" "$(grep -o '[0-9]* pages/s.*' <<<"$bench_out")"
+printf '  %-34s %s\n' "far memory: 4x its local budget" "$(grep -o '[0-9]* of [0-9]* pages differ' <<<"$far_out")"
 printf '  %-34s %s\n' "NBD: qemu-img in, nbdcopy out" "byte-identical ($in_sum)"
 printf '  %-34s %s\n' "NBD: fio 70/30 QD32" "$((r_iops + w_iops)) IOPS"
 printf '  %-34s %s\n' "wrong key" "refused"
 echo
-echo "demo: ok. Next: far memory for unmodified programs (memlend run) builds on this."
+echo "demo: ok. Next: unmodified programs in far memory (memlend run) and kernel swap beside it."

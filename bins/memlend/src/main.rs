@@ -2,6 +2,7 @@
 
 mod bench;
 mod donor;
+mod far;
 mod verify;
 
 use anyhow::Result;
@@ -25,6 +26,9 @@ enum Cmd {
     Verify(verify::VerifyArgs),
     /// Measure the page protocol: pages/s and latency, pipelined.
     Bench(bench::BenchArgs),
+    /// Far memory: a region larger than its local budget, pages on a donor
+    /// (or --ssd), written, touched at random and read back byte for byte.
+    Far(far::FarArgs),
 }
 
 fn main() {
@@ -37,6 +41,7 @@ fn main() {
         Cmd::Status(a) => donor::status(&a),
         Cmd::Verify(a) => verify::run(&a),
         Cmd::Bench(a) => bench::run(&a),
+        Cmd::Far(a) => far::run(&a),
     };
     if let Err(e) = result {
         eprintln!("memlend: {e:#}");

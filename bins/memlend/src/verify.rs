@@ -23,7 +23,7 @@ pub struct VerifyArgs {
 }
 
 /// Fill `buf` (whole pages starting at `page`) with the run's pattern.
-fn pattern(seed: u64, page: u64, buf: &mut [u8]) {
+pub fn pattern(seed: u64, page: u64, buf: &mut [u8]) {
     for (i, p) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
         let mut x = (seed ^ (page + i as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         for w in p.chunks_exact_mut(8) {

@@ -95,3 +95,45 @@ fn serves_pages_and_stops_cleanly_on_sigterm() {
     assert!(log.contains("INSECURE"), "insecure mode is said in the log:\n{log}");
     assert!(log.contains("pages_written=64"), "final stats are logged:\n{log}");
 }
+
+/// Far memory end to end: a region four times its local budget whose pages
+/// live on a real memlendd; every byte written comes back.
+#[test]
+fn far_memory_region_over_the_real_daemon() {
+    use memlend_fault::{Region, RegionConfig};
+    let addr = free_addr();
+    let mut child = Command::new(BIN)
+        .args(["--lend", "64M", "--insecure", "--listen", &addr.to_string()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_listening(addr, &mut child);
+    let pages = 4096u64;
+    let store = RemoteStore::open(addr, ClientConfig::new(None), pages).unwrap();
+    let cfg = RegionConfig {
+        size_bytes: pages as usize * PAGE_SIZE,
+        budget_pages: 1024,
+        ..RegionConfig::default()
+    };
+    let region = Region::new(cfg, std::sync::Arc::new(store)).unwrap();
+    // SAFETY: the region maps `len()` bytes while `region` lives and only
+    // this thread touches it.
+    let mem = unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.len()) };
+    let word = |page: usize, i: usize| (page as u64) << 32 | i as u64 ^ 0x5a5a;
+    for (page, chunk) in mem.chunks_exact_mut(PAGE_SIZE).enumerate() {
+        for (i, w) in chunk.chunks_exact_mut(8).enumerate() {
+            w.copy_from_slice(&word(page, i).to_le_bytes());
+        }
+    }
+    for (page, chunk) in mem.chunks_exact(PAGE_SIZE).enumerate().rev() {
+        for (i, w) in chunk.chunks_exact(8).enumerate() {
+            assert_eq!(u64::from_le_bytes(w.try_into().unwrap()), word(page, i), "page {page}");
+        }
+    }
+    let st = region.stats();
+    assert!(st.pages_resident <= 1024, "{st:?}");
+    assert!(st.faults_from_store >= 3000, "most pages came back from the donor: {st:?}");
+    drop(region);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -1,0 +1,111 @@
+//! `memlend far`: a far-memory region larger than its local budget, its pages
+//! on a donor (or on a local SSD file), driven by a workload that checks
+//! every byte. The first user of `memlend-fault`; `memlend run` comes next.
+
+use crate::donor::DonorArgs;
+use crate::verify::pattern;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use memlend_fault::{Region, RegionConfig};
+use memlend_node::size::{human, parse_pages};
+use memlend_remote::RemoteStore;
+use memlend_store::file::{FileOptions, FileStore};
+use memlend_store::{PageStore, PAGE_SIZE};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct FarArgs {
+    #[command(flatten)]
+    pub donor: DonorArgs,
+    /// Keep pages in this local file (SSD as memory) instead of on the donor.
+    #[arg(long)]
+    pub ssd: Option<PathBuf>,
+    /// Size of the region.
+    #[arg(long, default_value = "1G", value_parser = parse_pages)]
+    pub size: u64,
+    /// Local budget: most pages resident at once.
+    #[arg(long, default_value = "256M", value_parser = parse_pages)]
+    pub local: u64,
+    /// Random page touches in the second pass, as a multiple of the pages.
+    #[arg(long, default_value_t = 1)]
+    pub random_passes: u64,
+}
+
+pub fn run(a: &FarArgs) -> Result<()> {
+    if a.local >= a.size {
+        bail!("--local must be smaller than --size for far memory to matter");
+    }
+    let store: Arc<dyn PageStore> = match &a.ssd {
+        Some(path) => Arc::new(FileStore::create(path, a.size, FileOptions::default())?),
+        None => Arc::new(RemoteStore::open(a.donor.donor, a.donor.client_config()?, a.size)?),
+    };
+    let where_ = store.info().name;
+    let cfg = RegionConfig {
+        size_bytes: a.size as usize * PAGE_SIZE,
+        budget_pages: a.local as usize,
+        ..RegionConfig::default()
+    };
+    let region = Region::new(cfg, Arc::clone(&store)).context("far-memory region")?;
+    // SAFETY: the region maps `len()` bytes for as long as `region` lives,
+    // and only this thread touches it; userfaultfd supplies every page.
+    let mem = unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.len()) };
+    let seed = 0x6d656d6c656e64;
+    let t = Instant::now();
+    for (page, chunk) in mem.chunks_exact_mut(PAGE_SIZE).enumerate() {
+        pattern(seed, page as u64, chunk);
+    }
+    let write_s = t.elapsed().as_secs_f64();
+    let (random_s, random_bad) = random_pass(mem, seed, a.size * a.random_passes);
+    let t = Instant::now();
+    let mut want = vec![0u8; PAGE_SIZE];
+    let mut bad = random_bad;
+    for (page, chunk) in mem.chunks_exact(PAGE_SIZE).enumerate() {
+        pattern(seed, page as u64, &mut want);
+        bad += u64::from(chunk != &want[..]);
+    }
+    let verify_s = t.elapsed().as_secs_f64();
+    let st = region.stats();
+    let rate = |pages: u64, s: f64| format!("{:.0} pages/s", pages as f64 / s);
+    println!(
+        "far: {} region, {} local, pages on {where_}",
+        human(a.size * PAGE_SIZE as u64),
+        human(a.local * PAGE_SIZE as u64)
+    );
+    println!("  write every page         {}", rate(a.size, write_s));
+    println!("  random touches (verify) {}", rate(a.size * a.random_passes, random_s));
+    println!("  read every page (verify) {}", rate(a.size, verify_s));
+    println!(
+        "  faults: {} zero-filled, {} from the store; {} pages written back in {} batches; {} resident (budget {})",
+        st.faults_zero_filled,
+        st.faults_from_store,
+        st.pages_written_back,
+        st.eviction_batches,
+        st.pages_resident,
+        a.local
+    );
+    println!("  {bad} of {} pages differ", a.size);
+    if bad > 0 || st.pages_resident > a.local {
+        bail!("far memory check failed");
+    }
+    Ok(())
+}
+
+/// Touch `touches` random pages and check each against its pattern.
+fn random_pass(mem: &[u8], seed: u64, touches: u64) -> (f64, u64) {
+    let pages = (mem.len() / PAGE_SIZE) as u64;
+    let mut want = vec![0u8; PAGE_SIZE];
+    let (mut x, mut bad) = (seed | 1, 0);
+    let t = Instant::now();
+    for _ in 0..touches {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let page = x % pages;
+        let at = page as usize * PAGE_SIZE;
+        pattern(seed, page, &mut want);
+        bad += u64::from(mem[at..at + PAGE_SIZE] != want[..]);
+    }
+    (t.elapsed().as_secs_f64(), bad)
+}
