@@ -19,7 +19,8 @@ use std::time::Instant;
 pub struct FarArgs {
     #[command(flatten)]
     pub donor: DonorArgs,
-    /// Keep pages in this local file (SSD as memory) instead of on the donor.
+    /// Keep pages in this new local file (SSD as memory) instead of on the
+    /// donor; it is removed at the end.
     #[arg(long)]
     pub ssd: Option<PathBuf>,
     /// Size of the region.
@@ -34,6 +35,18 @@ pub struct FarArgs {
 }
 
 pub fn run(a: &FarArgs) -> Result<()> {
+    // Never truncate a file that is already there: it may be someone's.
+    if let Some(path) = a.ssd.as_ref().filter(|p| p.exists()) {
+        bail!("{} exists; give a new path for --ssd", path.display());
+    }
+    let result = run_region(a);
+    if let Some(path) = &a.ssd {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
+fn run_region(a: &FarArgs) -> Result<()> {
     if a.local >= a.size {
         bail!("--local must be smaller than --size for far memory to matter");
     }
