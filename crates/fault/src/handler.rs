@@ -52,6 +52,8 @@ pub(crate) struct Handler {
     /// One page of zeroes, copied in for write faults on empty pages.
     pub zero_page: Vec<u8>,
     pub victims: Vec<u32>,
+    /// Scratch for an eviction batch: (staging slot, page) of pages with data.
+    pub dirty: Vec<(usize, u32)>,
 }
 
 impl Handler {
@@ -206,13 +208,21 @@ impl Handler {
             self.victims = victims;
             return;
         }
-        match write_back(self.store.as_ref(), &self.staging, &victims[..staged]) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        let zero = self.split_zero(&victims[..staged], &mut dirty);
+        match write_back(self.store.as_ref(), &self.staging, &dirty) {
             Ok(()) => {
-                for &page in &victims[..staged] {
+                for &(_, page) in &dirty {
                     self.table.evicted(page);
                 }
+                // A page of zeroes needs no store copy: as Empty it is
+                // zero-filled on the next touch, whatever the store holds.
+                for &page in &zero {
+                    self.table.emptied(page);
+                }
                 Counters::add(&self.counters.eviction_batches, 1);
-                Counters::add(&self.counters.pages_written_back, staged as u64);
+                Counters::add(&self.counters.pages_written_back, dirty.len() as u64);
+                Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
             }
             Err(e) => {
                 tracing::error!("fault handler: write-back of {staged} pages failed: {e}");
@@ -223,6 +233,24 @@ impl Handler {
             tracing::error!("fault handler: clearing staging failed: {e}");
         }
         self.victims = victims;
+        dirty.clear();
+        self.dirty = dirty;
+    }
+
+    /// Sort staged pages (slot `i` holds `staged[i]`) into those that hold
+    /// data, as (slot, page) into `dirty`, and those that are all zeroes,
+    /// returned.
+    fn split_zero(&self, staged: &[u32], dirty: &mut Vec<(usize, u32)>) -> Vec<u32> {
+        let mut zero = Vec::new();
+        for (slot, &page) in staged.iter().enumerate() {
+            let bytes = self.staging.present_pages(slot, 1);
+            if bytes.iter().all(|&b| b == 0) {
+                zero.push(page);
+            } else {
+                dirty.push((slot, page));
+            }
+        }
+        zero
     }
 
     /// Move each victim into the next staging slot. Victims that moved are
@@ -294,19 +322,29 @@ fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
     last
 }
 
-/// One store `write` for the staged pages (slot `i` holds `staged[i]`), with
-/// runs of consecutive pages in consecutive slots joined into one op.
-fn write_back(store: &dyn PageStore, staging: &Mapping, staged: &[u32]) -> StoreResult<()> {
+/// One store `write` for the staged (slot, page) pairs, with runs of
+/// consecutive pages in consecutive slots joined into one op. Nothing to
+/// write is no call at all.
+fn write_back(
+    store: &dyn PageStore,
+    staging: &Mapping,
+    staged: &[(usize, u32)],
+) -> StoreResult<()> {
+    if staged.is_empty() {
+        return Ok(());
+    }
     let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(staged.len());
     let mut run_start = 0;
-    for slot in 1..=staged.len() {
-        let joins = slot < staged.len() && staged[slot] == staged[slot - 1] + 1;
+    for i in 1..=staged.len() {
+        let joins = i < staged.len()
+            && staged[i].0 == staged[i - 1].0 + 1
+            && staged[i].1 == staged[i - 1].1 + 1;
         if !joins {
             ops.push(WriteOp {
-                page: u64::from(staged[run_start]),
-                data: staging.present_pages(run_start, slot - run_start),
+                page: u64::from(staged[run_start].1),
+                data: staging.present_pages(staged[run_start].0, i - run_start),
             });
-            run_start = slot;
+            run_start = i;
         }
     }
     store.write(&ops)

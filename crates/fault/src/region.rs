@@ -66,6 +66,7 @@ impl Region {
             page_buf: vec![0; PAGE_SIZE],
             zero_page: vec![0; PAGE_SIZE],
             victims: Vec::with_capacity(config.evict_batch_pages),
+            dirty: Vec::with_capacity(config.evict_batch_pages),
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()

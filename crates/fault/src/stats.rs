@@ -10,6 +10,7 @@ pub(crate) struct Counters {
     pub already_mapped: AtomicU64,
     pub eviction_batches: AtomicU64,
     pub pages_written_back: AtomicU64,
+    pub pages_zero_dropped: AtomicU64,
     pub pages_poisoned: AtomicU64,
     pub pages_resident: AtomicU64,
 }
@@ -28,6 +29,9 @@ pub struct RegionStats {
     pub eviction_batches: u64,
     /// Pages written to the store by evictions.
     pub pages_written_back: u64,
+    /// Evicted pages that were all zeroes: dropped, not written; the next
+    /// touch zero-fills them without store I/O.
+    pub pages_zero_dropped: u64,
     /// Pages whose store read failed, poisoned so the accessor gets SIGBUS.
     pub pages_poisoned: u64,
     /// Pages mapped in the region now.
@@ -46,6 +50,7 @@ impl Counters {
             faults_already_mapped: self.already_mapped.load(Relaxed),
             eviction_batches: self.eviction_batches.load(Relaxed),
             pages_written_back: self.pages_written_back.load(Relaxed),
+            pages_zero_dropped: self.pages_zero_dropped.load(Relaxed),
             pages_poisoned: self.pages_poisoned.load(Relaxed),
             pages_resident: self.pages_resident.load(Relaxed),
         }

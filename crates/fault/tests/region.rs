@@ -226,3 +226,44 @@ fn bad_configs_are_refused() {
         RegionConfig { size_bytes: 17 * PAGE_SIZE, budget_pages: 4, evict_batch_pages: 1 };
     assert!(Region::new(too_big, store).is_err(), "store smaller than region");
 }
+
+#[test]
+fn evicted_zero_pages_are_dropped_not_written() {
+    let pages = 1024;
+    let store = ram_store(pages);
+    let mut region = region(pages * PAGE_SIZE, 64, store.clone());
+    // Write faults give each page its own zeroed copy; nothing non-zero is
+    // ever stored, so eviction has nothing to write.
+    for chunk in words(&mut region).chunks_mut(WORDS_PER_PAGE) {
+        chunk[0] = 0;
+    }
+    assert!(words(&mut region).iter().all(|&w| w == 0));
+    let stats = region.stats();
+    assert!(stats.pages_zero_dropped >= (pages - 64) as u64, "{stats:?}");
+    assert_eq!(stats.pages_written_back, 0, "{stats:?}");
+    assert_eq!(store.snapshot().write.pages, 0);
+    assert_eq!(store.snapshot().read.ops, 0, "zero pages come back without store reads");
+}
+
+#[test]
+fn a_page_zeroed_after_it_was_stored_reads_zero_not_the_stale_copy() {
+    let pages = 512;
+    let store = ram_store(pages);
+    let mut region = region(pages * PAGE_SIZE, 32, store.clone());
+    for (page, chunk) in words(&mut region).chunks_mut(WORDS_PER_PAGE).enumerate() {
+        chunk.iter_mut().enumerate().for_each(|(word, w)| *w = pattern(page, word, 7));
+    }
+    // Page 3 went to the store with data; now it is cleared and evicted
+    // again as zeroes, so the store's copy is stale and must never return.
+    words(&mut region)[3 * WORDS_PER_PAGE..4 * WORDS_PER_PAGE].fill(0);
+    for chunk in words(&mut region).chunks(WORDS_PER_PAGE).skip(100).take(100) {
+        assert_ne!(chunk[0], 1, "touch other pages to evict page 3");
+    }
+    for (page, chunk) in words(&mut region).chunks(WORDS_PER_PAGE).enumerate() {
+        for (word, &w) in chunk.iter().enumerate() {
+            let want = if page == 3 { 0 } else { pattern(page, word, 7) };
+            assert_eq!(w, want, "page {page} word {word}");
+        }
+    }
+    assert!(region.stats().pages_zero_dropped >= 1, "{:?}", region.stats());
+}
