@@ -10,6 +10,7 @@ use memlend_fault::{Region, RegionConfig};
 use memlend_node::size::{human, parse_pages};
 use memlend_remote::RemoteStore;
 use memlend_store::file::{FileOptions, FileStore};
+use memlend_store::layer::Stripe;
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +30,10 @@ pub struct FarArgs {
     /// Local budget: most pages resident at once.
     #[arg(long, default_value = "256M", value_parser = parse_pages)]
     pub local: u64,
+    /// More donors: pages are striped over --donor and these, in chunks of
+    /// 64 pages (256 KiB).
+    #[arg(long = "also", value_name = "ADDR")]
+    pub more_donors: Vec<std::net::SocketAddr>,
     /// Random page touches in the second pass, as a multiple of the pages.
     #[arg(long, default_value_t = 1)]
     pub random_passes: u64,
@@ -52,7 +57,7 @@ fn run_region(a: &FarArgs) -> Result<()> {
     }
     let store: Arc<dyn PageStore> = match &a.ssd {
         Some(path) => Arc::new(FileStore::create(path, a.size, FileOptions::default())?),
-        None => Arc::new(RemoteStore::open(a.donor.donor, a.donor.client_config()?, a.size)?),
+        None => donors_store(a)?,
     };
     let where_ = store.info().name;
     let cfg = RegionConfig {
@@ -103,6 +108,27 @@ fn run_region(a: &FarArgs) -> Result<()> {
         bail!("far memory check failed");
     }
     Ok(())
+}
+
+/// Chunk of a stripe over several donors: big enough that a sequential run
+/// stays on one donor for a while, small enough to spread a hot set.
+const STRIPE_CHUNK_PAGES: u64 = 64;
+
+/// One donor, or a stripe over several with one slab on each.
+fn donors_store(a: &FarArgs) -> Result<Arc<dyn PageStore>> {
+    let cfg = a.donor.client_config()?;
+    if a.more_donors.is_empty() {
+        return Ok(Arc::new(RemoteStore::open(a.donor.donor, cfg, a.size)?));
+    }
+    let n = 1 + a.more_donors.len() as u64;
+    let each = a.size.div_ceil(n * STRIPE_CHUNK_PAGES) * STRIPE_CHUNK_PAGES;
+    let mut stores: Vec<Arc<dyn PageStore>> = Vec::new();
+    for addr in std::iter::once(a.donor.donor).chain(a.more_donors.iter().copied()) {
+        let s =
+            RemoteStore::open(addr, cfg.clone(), each).with_context(|| format!("donor {addr}"))?;
+        stores.push(Arc::new(s));
+    }
+    Ok(Arc::new(Stripe::new(stores, STRIPE_CHUNK_PAGES)?))
 }
 
 /// Touch `touches` random pages and check each against its pattern.

@@ -2,7 +2,8 @@
 //!
 //! A layer takes any `S: PageStore` (including `Arc<dyn PageStore>`), forwards
 //! every operation to it and adds its one property on the way: `checksum`
-//! verifies every page, `stats` counts and times every operation. The inner
+//! verifies every page, `stats` counts and times every operation, `stripe`
+//! spreads pages over several stores (donors). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
 //!
@@ -11,9 +12,11 @@
 
 pub mod checksum;
 pub mod stats;
+pub mod stripe;
 
 pub use checksum::Checksum;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};
+pub use stripe::Stripe;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
