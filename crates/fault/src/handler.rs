@@ -52,7 +52,8 @@ pub(crate) struct Handler {
     /// One page of zeroes, copied in for write faults on empty pages.
     pub zero_page: Vec<u8>,
     pub victims: Vec<u32>,
-    /// Scratch for an eviction batch: (staging slot, page) of pages with data.
+    /// Scratch for an eviction batch: (staging slot, page) of dirty pages
+    /// with data.
     pub dirty: Vec<(usize, u32)>,
 }
 
@@ -90,10 +91,14 @@ impl Handler {
             return;
         }
         let page = page as u32;
+        if fault.wp {
+            self.write_to_clean(page);
+            return;
+        }
         let result = match self.table.get(page) {
-            PageState::Resident => self.already_mapped(page),
+            PageState::Clean | PageState::Dirty => self.already_mapped(page),
             PageState::Empty => self.zero_fill(page, fault.write),
-            PageState::InStore => self.fill_from_store(page),
+            PageState::InStore => self.fill_from_store(page, fault.write),
         };
         if let Err(e) = result {
             tracing::error!("fault handler: page {page} could not be mapped: {e}");
@@ -102,52 +107,91 @@ impl Handler {
         self.publish_resident();
     }
 
+    /// A write hit a write-protected page. If it is `Clean`, its store copy
+    /// goes stale now: mark it dirty before lifting the protection, which
+    /// wakes the writer. `Dirty` means another thread's message for the same
+    /// page came first. If the page was evicted since, the writer only needs
+    /// waking: its retry faults as missing.
+    fn write_to_clean(&mut self, page: u32) {
+        let page_addr = self.page_addr(page);
+        let state = self.table.get(page);
+        if state == PageState::Clean {
+            self.table.dirtied(page);
+            Counters::add(&self.counters.write_protect, 1);
+        }
+        let result = if state.is_resident() {
+            retry_eagain(|| self.uffd.unprotect(page_addr, PAGE_SIZE))
+        } else {
+            self.uffd.wake(page_addr, PAGE_SIZE)
+        };
+        if let Err(e) = result {
+            // The page stays dirty (the safe side); the writer's retry faults again.
+            tracing::error!("fault handler: unprotecting page {page} failed: {e}");
+            let _ = self.uffd.wake(page_addr, PAGE_SIZE);
+        }
+    }
+
     /// Usually another message for this page came first and mapped it: then
     /// ZEROPAGE answers EEXIST and the thread only needs waking. If instead
     /// the owner dropped the page (MADV_DONTNEED), it now reads as zero, as
-    /// that call promises, rather than faulting for ever.
-    fn already_mapped(&self, page: u32) -> io::Result<()> {
+    /// that call promises, rather than faulting for ever; it is `Dirty` from
+    /// then on, since the store's copy is not zeroes and a write to the zero
+    /// page is a copy-on-write we never see.
+    fn already_mapped(&mut self, page: u32) -> io::Result<()> {
         let page_addr = self.page_addr(page);
         match retry_eagain(|| self.uffd.zeropage(page_addr, PAGE_SIZE)) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                 Counters::add(&self.counters.already_mapped, 1);
                 self.uffd.wake(page_addr, PAGE_SIZE)
             }
+            Ok(()) => {
+                self.table.dirtied(page);
+                Ok(())
+            }
             other => other,
         }
     }
 
     /// A read maps the shared zero page; a write gets its own zeroed page at
-    /// once, saving the copy-on-write fault that would follow.
+    /// once, saving the copy-on-write fault that would follow. Either way the
+    /// page is `Dirty`: the store holds no current copy of it, and the
+    /// zero page cannot be write-protected (ZEROPAGE has no WP mode), so a
+    /// write to it is a copy-on-write we never see. Eviction's all-zero check
+    /// sends it back to `Empty` if it was never written.
     fn zero_fill(&mut self, page: u32, write: bool) -> io::Result<()> {
         self.make_room();
-        self.record_mapped(page, Fill::Zero);
+        self.record_mapped(page, Fill::Zero, PageState::Dirty);
         let page_addr = self.page_addr(page);
         let result = if write {
-            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.zero_page))
+            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.zero_page, false))
         } else {
             resolve(&self.uffd, page_addr, || self.uffd.zeropage(page_addr, PAGE_SIZE))
         };
         self.undo_if_failed(page, PageState::Empty, Fill::Zero, result)
     }
 
-    fn fill_from_store(&mut self, page: u32) -> io::Result<()> {
+    /// A read maps the page write-protected and `Clean`: its store copy is
+    /// current until a write faults. A write maps it writable and `Dirty`
+    /// at once, sparing the WP fault that would follow.
+    fn fill_from_store(&mut self, page: u32, write: bool) -> io::Result<()> {
         if let Err(e) = self.read_page(page) {
             tracing::error!("fault handler: store read of page {page} failed: {e}");
             self.poison(page);
             return Ok(());
         }
         self.make_room();
-        self.record_mapped(page, Fill::Store);
+        let now = if write { PageState::Dirty } else { PageState::Clean };
+        self.record_mapped(page, Fill::Store, now);
         let page_addr = self.page_addr(page);
-        let result = resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.page_buf));
+        let result =
+            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.page_buf, !write));
         self.undo_if_failed(page, PageState::InStore, Fill::Store, result)
     }
 
     /// Count `page` as mapped before the ioctl that maps it: that ioctl wakes
     /// the faulting thread, which may read the stats at once.
-    fn record_mapped(&mut self, page: u32, fill: Fill) {
-        self.table.map(page);
+    fn record_mapped(&mut self, page: u32, fill: Fill, now: PageState) {
+        self.table.map(page, now);
         Counters::add(fill.counter(&self.counters), 1);
         self.publish_resident();
     }
@@ -209,7 +253,8 @@ impl Handler {
             return;
         }
         let mut dirty = std::mem::take(&mut self.dirty);
-        let zero = self.split_zero(&victims[..staged], &mut dirty);
+        let (clean, zero) = self.sort_staged(&victims[..staged], &mut dirty);
+        self.drop_clean(&clean);
         match write_back(self.store.as_ref(), &self.staging, &dirty) {
             Ok(()) => {
                 for &(_, page) in &dirty {
@@ -217,7 +262,7 @@ impl Handler {
                 }
                 // A page of zeroes needs no store copy: as Empty it is
                 // zero-filled on the next touch, whatever the store holds.
-                for &page in &zero {
+                for &(_, page) in &zero {
                     self.table.emptied(page);
                 }
                 Counters::add(&self.counters.eviction_batches, 1);
@@ -225,8 +270,10 @@ impl Handler {
                 Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
             }
             Err(e) => {
-                tracing::error!("fault handler: write-back of {staged} pages failed: {e}");
-                self.unstage(&victims[..staged]);
+                let count = dirty.len();
+                tracing::error!("fault handler: write-back of {count} pages failed: {e}");
+                self.unstage(&dirty);
+                self.unstage(&zero);
             }
         }
         if let Err(e) = self.staging.discard(0, staged * PAGE_SIZE) {
@@ -237,20 +284,36 @@ impl Handler {
         self.dirty = dirty;
     }
 
-    /// Sort staged pages (slot `i` holds `staged[i]`) into those that hold
-    /// data, as (slot, page) into `dirty`, and those that are all zeroes,
-    /// returned.
-    fn split_zero(&self, staged: &[u32], dirty: &mut Vec<(usize, u32)>) -> Vec<u32> {
+    /// Sort staged pages (slot `i` holds `staged[i]`) three ways: clean
+    /// ones (store copy current), returned first; dirty ones holding data, as
+    /// (slot, page) into `dirty`; dirty ones that are all zeroes, returned
+    /// second as (slot, page).
+    fn sort_staged(
+        &self,
+        staged: &[u32],
+        dirty: &mut Vec<(usize, u32)>,
+    ) -> (Vec<u32>, Vec<(usize, u32)>) {
+        let mut clean = Vec::new();
         let mut zero = Vec::new();
         for (slot, &page) in staged.iter().enumerate() {
-            let bytes = self.staging.present_pages(slot, 1);
-            if bytes.iter().all(|&b| b == 0) {
-                zero.push(page);
+            if self.table.get(page) == PageState::Clean {
+                clean.push(page);
+            } else if self.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
+                zero.push((slot, page));
             } else {
                 dirty.push((slot, page));
             }
         }
-        zero
+        (clean, zero)
+    }
+
+    /// Clean victims were never written since they came from the store,
+    /// whose copy is still theirs: back to `InStore` with no write.
+    fn drop_clean(&mut self, clean: &[u32]) {
+        for &page in clean {
+            self.table.evicted(page);
+        }
+        Counters::add(&self.counters.pages_clean_dropped, clean.len() as u64);
     }
 
     /// Move each victim into the next staging slot. Victims that moved are
@@ -270,20 +333,21 @@ impl Handler {
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.table.emptied(page),
                 Err(e) => {
                     tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
-                    self.table.map(page);
+                    self.table.requeue(page);
                 }
             }
         }
         staged
     }
 
-    /// The store refused the batch: map the staged pages back where they were.
-    fn unstage(&mut self, staged: &[u32]) {
-        for (slot, &page) in staged.iter().enumerate() {
+    /// The store refused the batch: map the staged (slot, page) pairs back
+    /// where they were, writable; they are `Dirty` already.
+    fn unstage(&mut self, staged: &[(usize, u32)]) {
+        for &(slot, page) in staged {
             let page_addr = self.page_addr(page);
             let bytes = self.staging.present_pages(slot, 1);
-            match resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes)) {
-                Ok(()) => self.table.map(page),
+            match resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes, false)) {
+                Ok(()) => self.table.requeue(page),
                 Err(e) => {
                     tracing::error!("fault handler: page {page} lost, cannot restore: {e}");
                     self.table.emptied(page);

@@ -6,7 +6,10 @@
 //! store I/O; a page evicted earlier is read from the store (one `read`) and
 //! mapped with UFFDIO_COPY. Before a fault would exceed the budget, a batch of
 //! the oldest pages is moved out of the region (UFFDIO_MOVE, so no write can
-//! slip in unseen) and written to the store in one `write`.
+//! slip in unseen) and its dirty pages are written to the store in one
+//! `write`. Pages read back from the store are mapped write-protected; until
+//! a write faults on one (userfaultfd WP), the store's copy is current and
+//! eviction drops the page with no write.
 //!
 //! The `unsafe` code is at two edges: `uffd` (the userfaultfd ioctls) and
 //! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.

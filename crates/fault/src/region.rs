@@ -49,9 +49,9 @@ impl Region {
         let staging =
             Mapping::new(config.evict_batch_pages).map_err(FaultError::os("mmap staging"))?;
         let uffd = Uffd::open().map_err(FaultError::os("open userfaultfd"))?;
-        uffd.register_missing(map.addr(), map.len_bytes())
+        uffd.register(map.addr(), map.len_bytes(), true)
             .map_err(FaultError::os("register region"))?;
-        uffd.register_missing(staging.addr(), staging.len_bytes())
+        uffd.register(staging.addr(), staging.len_bytes(), false)
             .map_err(FaultError::os("register staging"))?;
         let counters = Arc::new(Counters::default());
         let handler = Handler {

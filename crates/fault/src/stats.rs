@@ -11,6 +11,8 @@ pub(crate) struct Counters {
     pub eviction_batches: AtomicU64,
     pub pages_written_back: AtomicU64,
     pub pages_zero_dropped: AtomicU64,
+    pub pages_clean_dropped: AtomicU64,
+    pub write_protect: AtomicU64,
     pub pages_poisoned: AtomicU64,
     pub pages_resident: AtomicU64,
 }
@@ -25,13 +27,20 @@ pub struct RegionStats {
     /// Fault messages for pages already mapped by then (a thread racing
     /// another on one page): woken, nothing else.
     pub faults_already_mapped: u64,
-    /// Eviction batches, each one store `write`.
+    /// Eviction batches, each at most one store `write` (none if every
+    /// victim was clean or all zeroes).
     pub eviction_batches: u64,
     /// Pages written to the store by evictions.
     pub pages_written_back: u64,
     /// Evicted pages that were all zeroes: dropped, not written; the next
     /// touch zero-fills them without store I/O.
     pub pages_zero_dropped: u64,
+    /// Evicted pages not written since they came from the store, whose
+    /// copy is still current: dropped, not written.
+    pub pages_clean_dropped: u64,
+    /// First writes to clean (write-protected) pages: each one a WP fault,
+    /// answered by marking the page dirty and lifting the protection.
+    pub faults_write_protect: u64,
     /// Pages whose store read failed, poisoned so the accessor gets SIGBUS.
     pub pages_poisoned: u64,
     /// Pages mapped in the region now.
@@ -51,6 +60,8 @@ impl Counters {
             eviction_batches: self.eviction_batches.load(Relaxed),
             pages_written_back: self.pages_written_back.load(Relaxed),
             pages_zero_dropped: self.pages_zero_dropped.load(Relaxed),
+            pages_clean_dropped: self.pages_clean_dropped.load(Relaxed),
+            faults_write_protect: self.write_protect.load(Relaxed),
             pages_poisoned: self.pages_poisoned.load(Relaxed),
             pages_resident: self.pages_resident.load(Relaxed),
         }

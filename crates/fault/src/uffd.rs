@@ -24,13 +24,18 @@ const UFFDIO_WAKE: u64 = ior(0x02, size_of::<Range>());
 const UFFDIO_COPY: u64 = iowr(0x03, size_of::<CopyArgs>());
 const UFFDIO_ZEROPAGE: u64 = iowr(0x04, size_of::<RangeArgs>());
 const UFFDIO_MOVE: u64 = iowr(0x05, size_of::<CopyArgs>());
+const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, size_of::<WriteProtectArgs>());
 const UFFDIO_POISON: u64 = iowr(0x08, size_of::<RangeArgs>());
 
+const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 const FEATURE_POISON: u64 = 1 << 14;
 const FEATURE_MOVE: u64 = 1 << 16;
-const REGISTER_MODE_MISSING: u64 = 1;
+const REGISTER_MODE_MISSING: u64 = 1 << 0;
+const REGISTER_MODE_WP: u64 = 1 << 1;
+const COPY_MODE_WP: u64 = 1 << 1;
 const EVENT_PAGEFAULT: u8 = 0x12;
-const PAGEFAULT_FLAG_WRITE: u64 = 1;
+const PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
+const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 
 #[repr(C)]
 struct ApiArgs {
@@ -71,6 +76,13 @@ struct RangeArgs {
     result: i64,
 }
 
+/// `struct uffdio_writeprotect`.
+#[repr(C)]
+struct WriteProtectArgs {
+    range: Range,
+    mode: u64,
+}
+
 /// `struct uffd_msg`: 32 bytes, of which a page fault uses the address.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -90,40 +102,57 @@ pub struct Fault {
     /// A write: the page is about to be dirtied, so a zero page would only
     /// be copied on write at once.
     pub write: bool,
+    /// A write to a write-protected page (a clean page being dirtied), not a
+    /// missing page.
+    pub wp: bool,
 }
 
 /// A userfaultfd, opened non-blocking with the features this crate uses
-/// (MOVE for eviction, POISON for pages whose store read failed).
+/// (MOVE for eviction, POISON for pages whose store read failed, WP faults
+/// for dirty tracking).
 pub struct Uffd {
     fd: OwnedFd,
 }
+
+const FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP | FEATURE_POISON | FEATURE_MOVE;
 
 impl Uffd {
     pub fn open() -> io::Result<Uffd> {
         let fd = open_raw()?;
         let uffd = Uffd { fd };
-        let mut api = ApiArgs { api: UFFD_API, features: FEATURE_POISON | FEATURE_MOVE, ioctls: 0 };
+        let mut api = ApiArgs { api: UFFD_API, features: FEATURES, ioctls: 0 };
         uffd.ioctl(UFFDIO_API, &mut api)?;
         Ok(uffd)
     }
 
-    /// Ask for MISSING faults on `start..start + len_bytes`.
-    pub fn register_missing(&self, start: usize, len_bytes: usize) -> io::Result<()> {
-        let mut args =
-            RegisterArgs { range: range(start, len_bytes), mode: REGISTER_MODE_MISSING, ioctls: 0 };
+    /// Ask for MISSING faults on `start..start + len_bytes`, and with
+    /// `write_protect` for faults on writes to write-protected pages too.
+    pub fn register(&self, start: usize, len_bytes: usize, write_protect: bool) -> io::Result<()> {
+        let wp = if write_protect { REGISTER_MODE_WP } else { 0 };
+        let mode = REGISTER_MODE_MISSING | wp;
+        let mut args = RegisterArgs { range: range(start, len_bytes), mode, ioctls: 0 };
         self.ioctl(UFFDIO_REGISTER, &mut args)
     }
 
     /// Map a copy of `src` (one or more whole pages) at `dst`, waking faulters.
-    pub fn copy(&self, dst: usize, src: &[u8]) -> io::Result<()> {
+    /// With `write_protect` the mapping is read-only to its users: their first
+    /// write raises a WP fault.
+    pub fn copy(&self, dst: usize, src: &[u8], write_protect: bool) -> io::Result<()> {
         let mut args = CopyArgs {
             dst: dst as u64,
             src: src.as_ptr() as u64,
             len: src.len() as u64,
-            mode: 0,
+            mode: if write_protect { COPY_MODE_WP } else { 0 },
             result: 0,
         };
         self.ioctl(UFFDIO_COPY, &mut args)
+    }
+
+    /// Lift write protection from `start..start + len_bytes` and wake the
+    /// threads waiting on it.
+    pub fn unprotect(&self, start: usize, len_bytes: usize) -> io::Result<()> {
+        let mut args = WriteProtectArgs { range: range(start, len_bytes), mode: 0 };
+        self.ioctl(UFFDIO_WRITEPROTECT, &mut args)
     }
 
     /// Map the shared zero page over `start..start + len_bytes`.
@@ -179,8 +208,11 @@ impl Uffd {
         let got = n as usize / size_of::<RawMsg>();
         let mut count = 0;
         for msg in msgs[..got].iter().filter(|m| m.event == EVENT_PAGEFAULT) {
-            faults[count] =
-                Fault { addr: msg.address as usize, write: msg.flags & PAGEFAULT_FLAG_WRITE != 0 };
+            faults[count] = Fault {
+                addr: msg.address as usize,
+                write: msg.flags & PAGEFAULT_FLAG_WRITE != 0,
+                wp: msg.flags & PAGEFAULT_FLAG_WP != 0,
+            };
             count += 1;
         }
         Ok(count)

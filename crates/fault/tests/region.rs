@@ -267,3 +267,171 @@ fn a_page_zeroed_after_it_was_stored_reads_zero_not_the_stale_copy() {
     }
     assert!(region.stats().pages_zero_dropped >= 1, "{:?}", region.stats());
 }
+
+/// Fill every page of the region with pattern `seed`.
+fn fill(region: &mut Region, seed: u64) {
+    for (page, chunk) in words(region).chunks_mut(WORDS_PER_PAGE).enumerate() {
+        chunk.iter_mut().enumerate().for_each(|(word, w)| *w = pattern(page, word, seed));
+    }
+}
+
+/// Check every word of every page against `want(page, word)`.
+fn check(region: &mut Region, want: impl Fn(usize, usize) -> u64) {
+    for (page, chunk) in words(region).chunks(WORDS_PER_PAGE).enumerate() {
+        for (word, &w) in chunk.iter().enumerate() {
+            assert_eq!(w, want(page, word), "page {page} word {word}");
+        }
+    }
+}
+
+/// Read one word of each of `pages` (to fault them in or evict others).
+fn touch(region: &mut Region, pages: impl Iterator<Item = usize>) {
+    for page in pages {
+        std::hint::black_box(words(region)[page * WORDS_PER_PAGE]);
+    }
+}
+
+#[test]
+fn read_mostly_pages_are_not_written_back_again() {
+    const BUDGET_PAGES: usize = 1024;
+    const PAGES: usize = 4 * BUDGET_PAGES;
+    let store = ram_store(PAGES);
+    let mut region = region(PAGES * PAGE_SIZE, BUDGET_PAGES, store.clone());
+    fill(&mut region, 11);
+    // The first read pass evicts the pages the writes left dirty.
+    let start = Instant::now();
+    check(&mut region, |page, word| pattern(page, word, 11));
+    let first_s = start.elapsed().as_secs_f64();
+    let before = region.stats();
+    let io_before = store.snapshot();
+    let start = Instant::now();
+    check(&mut region, |page, word| pattern(page, word, 11));
+    let second_s = start.elapsed().as_secs_f64();
+    let after = region.stats();
+    let io_after = store.snapshot();
+    eprintln!("read passes: {first_s:.3} s (dirty victims), {second_s:.3} s (clean); {after:?}");
+    let written = after.pages_written_back - before.pages_written_back;
+    let clean = after.pages_clean_dropped - before.pages_clean_dropped;
+    assert!(written <= 32, "{written} pages written back: {after:?}");
+    assert!(io_after.write.pages - io_before.write.pages <= 32, "{io_after:?}");
+    assert!(clean >= (PAGES - BUDGET_PAGES) as u64, "{after:?}");
+    assert!(after.pages_resident <= BUDGET_PAGES as u64, "clean pages moved out: {after:?}");
+    assert_eq!(after.faults_write_protect, 0, "reads raise no WP faults: {after:?}");
+}
+
+#[test]
+fn a_clean_page_written_then_evicted_keeps_the_write() {
+    const PAGES: usize = 512;
+    const PAGE: usize = 5;
+    let mut region = region(PAGES * PAGE_SIZE, 32, ram_store(PAGES));
+    fill(&mut region, 3);
+    touch(&mut region, 100..200);
+    // Back from the store clean (a read), then written: a WP fault.
+    assert_eq!(words(&mut region)[PAGE * WORDS_PER_PAGE], pattern(PAGE, 0, 3));
+    let before = region.stats();
+    words(&mut region)[PAGE * WORDS_PER_PAGE + 9] = 0xD1D7;
+    assert_eq!(region.stats().faults_write_protect, before.faults_write_protect + 1);
+    touch(&mut region, 100..200);
+    let stats = region.stats();
+    assert!(stats.faults_from_store > before.faults_from_store, "page evicted: {stats:?}");
+    check(&mut region, |page, word| match (page, word) {
+        (PAGE, 9) => 0xD1D7,
+        _ => pattern(page, word, 3),
+    });
+}
+
+#[test]
+fn a_page_read_as_zero_then_written_keeps_the_write() {
+    const PAGES: usize = 512;
+    const PAGE: usize = 7;
+    let store = ram_store(PAGES);
+    let mut region = region(PAGES * PAGE_SIZE, 32, store.clone());
+    // A read maps the shared zero page; the write after it is a
+    // copy-on-write that userfaultfd does not report.
+    assert_eq!(words(&mut region)[PAGE * WORDS_PER_PAGE], 0);
+    let page = PAGE * WORDS_PER_PAGE..(PAGE + 1) * WORDS_PER_PAGE;
+    words(&mut region)[page].iter_mut().enumerate().for_each(|(w, v)| *v = pattern(PAGE, w, 5));
+    touch(&mut region, 100..200);
+    let stats = region.stats();
+    assert!(stats.pages_written_back >= 1, "page {PAGE} evicted with its data: {stats:?}");
+    check(&mut region, |page, word| if page == PAGE { pattern(PAGE, word, 5) } else { 0 });
+    assert_eq!(store.snapshot().read.pages, 1, "only page {PAGE} came from the store");
+}
+
+/// Writes to resident clean pages: each one WP fault, nothing else.
+#[test]
+fn writes_to_clean_pages_cost_one_wp_fault_each() {
+    const BUDGET_PAGES: usize = 4096;
+    const PAGES: usize = 4 * BUDGET_PAGES;
+    let mut region = region(PAGES * PAGE_SIZE, BUDGET_PAGES, ram_store(PAGES));
+    fill(&mut region, 9);
+    check(&mut region, |page, word| pattern(page, word, 9));
+    // Now the last BUDGET_PAGES pages are resident and clean.
+    let before = region.stats();
+    let start = Instant::now();
+    for page in PAGES - BUDGET_PAGES..PAGES {
+        words(&mut region)[page * WORDS_PER_PAGE] = 1;
+    }
+    let write_s = start.elapsed().as_secs_f64();
+    let after = region.stats();
+    eprintln!("{:.0} WP faults/s, {after:?}", BUDGET_PAGES as f64 / write_s);
+    assert_eq!(after.faults_write_protect - before.faults_write_protect, BUDGET_PAGES as u64);
+    assert_eq!(after.faults_from_store, before.faults_from_store, "{after:?}");
+    assert_eq!(after.eviction_batches, before.eviction_batches, "{after:?}");
+    check(&mut region, |page, word| match (page >= PAGES - BUDGET_PAGES, word) {
+        (true, 0) => 1,
+        _ => pattern(page, word, 9),
+    });
+}
+
+/// A clean (write-protected) page is moved out by eviction; the write that
+/// brings it back maps it writable with no WP fault: UFFDIO_MOVE leaves no
+/// uffd-wp bit or marker behind at the source.
+#[test]
+fn a_clean_page_moved_out_comes_back_writable_on_a_write() {
+    const PAGES: usize = 512;
+    const PAGE: usize = 5;
+    let mut region = region(PAGES * PAGE_SIZE, 32, ram_store(PAGES));
+    fill(&mut region, 4);
+    touch(&mut region, 100..200);
+    touch(&mut region, PAGE..PAGE + 1);
+    let read_back = region.stats();
+    touch(&mut region, 100..200);
+    let moved = region.stats();
+    assert!(moved.pages_clean_dropped > read_back.pages_clean_dropped, "{moved:?}");
+    words(&mut region)[PAGE * WORDS_PER_PAGE] = 0xBEEF;
+    let written = region.stats();
+    assert_eq!(written.faults_from_store, moved.faults_from_store + 1, "{written:?}");
+    assert_eq!(written.faults_write_protect, moved.faults_write_protect, "{written:?}");
+    touch(&mut region, 100..200);
+    assert!(region.stats().pages_written_back > written.pages_written_back);
+    check(&mut region, |page, word| match (page, word) {
+        (PAGE, 0) => 0xBEEF,
+        _ => pattern(page, word, 4),
+    });
+}
+
+/// The owner drops a clean page (MADV_DONTNEED): it reads as zero, and a
+/// write to that zero page, which userfaultfd does not see, is kept.
+#[test]
+fn a_clean_page_dropped_by_the_owner_reads_zero_and_keeps_a_later_write() {
+    const PAGES: usize = 512;
+    const PAGE: usize = 5;
+    let mut region = region(PAGES * PAGE_SIZE, 32, ram_store(PAGES));
+    fill(&mut region, 6);
+    touch(&mut region, 100..200);
+    touch(&mut region, PAGE..PAGE + 1);
+    let page_ptr = words(&mut region)[PAGE * WORDS_PER_PAGE..].as_mut_ptr();
+    // SAFETY: one whole page inside the live region, which no other thread
+    // touches; MADV_DONTNEED on anonymous memory only drops its contents.
+    let rc = unsafe { libc::madvise(page_ptr.cast(), PAGE_SIZE, libc::MADV_DONTNEED) };
+    assert_eq!(rc, 0);
+    assert_eq!(words(&mut region)[PAGE * WORDS_PER_PAGE + 1], 0);
+    words(&mut region)[PAGE * WORDS_PER_PAGE] = 0x77;
+    touch(&mut region, 100..200);
+    check(&mut region, |page, word| match (page, word) {
+        (PAGE, 0) => 0x77,
+        (PAGE, _) => 0,
+        _ => pattern(page, word, 6),
+    });
+}
