@@ -8,10 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use memlend_fault::{Region, RegionConfig};
 use memlend_node::size::{human, parse_pages};
-use memlend_remote::RemoteStore;
-use memlend_store::file::{FileOptions, FileStore};
-use memlend_store::layer::Stripe;
-use memlend_store::{PageStore, PAGE_SIZE};
+use memlend_place::Placement;
+use memlend_store::PAGE_SIZE;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,8 +18,9 @@ use std::time::Instant;
 pub struct FarArgs {
     #[command(flatten)]
     pub donor: DonorArgs,
-    /// Keep pages in this new local file (SSD as memory) instead of on the
-    /// donor; it is removed at the end.
+    /// Keep pages in a local file (SSD as memory) instead of on the donor: a
+    /// new path or a directory (the file is unlinked at once, so nothing is
+    /// left behind), or a block device.
     #[arg(long)]
     pub ssd: Option<PathBuf>,
     /// Size of the region.
@@ -40,26 +39,20 @@ pub struct FarArgs {
 }
 
 pub fn run(a: &FarArgs) -> Result<()> {
-    // Never truncate a file that is already there: it may be someone's.
-    if let Some(path) = a.ssd.as_ref().filter(|p| p.exists()) {
-        bail!("{} exists; give a new path for --ssd", path.display());
-    }
-    let result = run_region(a);
-    if let Some(path) = &a.ssd {
-        let _ = std::fs::remove_file(path);
-    }
-    result
-}
-
-fn run_region(a: &FarArgs) -> Result<()> {
     if a.local >= a.size {
         bail!("--local must be smaller than --size for far memory to matter");
     }
-    let store: Arc<dyn PageStore> = match &a.ssd {
-        Some(path) => Arc::new(FileStore::create(path, a.size, FileOptions::default())?),
-        None => donors_store(a)?,
+    let placement = match &a.ssd {
+        Some(path) => Placement { ssd: Some(path.clone()), ..Placement::default() },
+        None => Placement {
+            donors: std::iter::once(a.donor.donor).chain(a.more_donors.iter().copied()).collect(),
+            key: a.donor.key.clone(),
+            insecure: a.donor.insecure,
+            ssd: None,
+        },
     };
-    let where_ = store.info().name;
+    let opened = placement.open(Some(a.size))?;
+    let (store, where_) = (opened.store, opened.describe);
     let cfg = RegionConfig {
         size_bytes: a.size as usize * PAGE_SIZE,
         budget_pages: a.local as usize,
@@ -108,27 +101,6 @@ fn run_region(a: &FarArgs) -> Result<()> {
         bail!("far memory check failed");
     }
     Ok(())
-}
-
-/// Chunk of a stripe over several donors: big enough that a sequential run
-/// stays on one donor for a while, small enough to spread a hot set.
-const STRIPE_CHUNK_PAGES: u64 = 64;
-
-/// One donor, or a stripe over several with one slab on each.
-fn donors_store(a: &FarArgs) -> Result<Arc<dyn PageStore>> {
-    let cfg = a.donor.client_config()?;
-    if a.more_donors.is_empty() {
-        return Ok(Arc::new(RemoteStore::open(a.donor.donor, cfg, a.size)?));
-    }
-    let n = 1 + a.more_donors.len() as u64;
-    let each = a.size.div_ceil(n * STRIPE_CHUNK_PAGES) * STRIPE_CHUNK_PAGES;
-    let mut stores: Vec<Arc<dyn PageStore>> = Vec::new();
-    for addr in std::iter::once(a.donor.donor).chain(a.more_donors.iter().copied()) {
-        let s =
-            RemoteStore::open(addr, cfg.clone(), each).with_context(|| format!("donor {addr}"))?;
-        stores.push(Arc::new(s));
-    }
-    Ok(Arc::new(Stripe::new(stores, STRIPE_CHUNK_PAGES)?))
 }
 
 /// Touch `touches` random pages and check each against its pattern.

@@ -1,0 +1,75 @@
+//! Pages on donors: one slab on one donor, or a stripe with one slab on each.
+
+use crate::{Opened, Placement, DEFAULT_MAX_PAGES, STRIPE_CHUNK_PAGES};
+use anyhow::{bail, Context, Result};
+use memlend_remote::RemoteStore;
+use memlend_remote::{ClientConfig, Conn};
+use memlend_store::layer::Stripe;
+use memlend_store::PageStore;
+use memlend_wire::page::{Opcode, ReqHeader, StatReply};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
+    let cfg = client_config(p)?;
+    let n = p.donors.len() as u64;
+    let each = match pages {
+        Some(pages) => pages.div_ceil(n * STRIPE_CHUNK_PAGES) * STRIPE_CHUNK_PAGES,
+        None => room_on_each(&p.donors, &cfg)?,
+    };
+    if n == 1 {
+        let addr = p.donors[0];
+        let store = open_slab(addr, &cfg, pages.unwrap_or(each))?;
+        let pages = store.info().pages;
+        return Ok(Opened { store: Arc::new(store), pages, describe: format!("donor {addr}") });
+    }
+    let mut stores: Vec<Arc<dyn PageStore>> = Vec::new();
+    for &addr in &p.donors {
+        stores.push(Arc::new(open_slab(addr, &cfg, each)?));
+    }
+    let store = Stripe::new(stores, STRIPE_CHUNK_PAGES)?;
+    let pages = pages.unwrap_or(store.info().pages);
+    Ok(Opened { store: Arc::new(store), pages, describe: format!("{n} donors, striped") })
+}
+
+fn client_config(p: &Placement) -> Result<ClientConfig> {
+    let key = p.key.as_deref().map(memlend_node::keyfile::load).transpose()?;
+    if key.is_none() && !p.insecure {
+        bail!("donors need the cluster key (--key FILE), or --insecure for keyless donors");
+    }
+    let mut cfg = ClientConfig::new(key);
+    cfg.allow_insecure = p.insecure;
+    Ok(cfg)
+}
+
+fn open_slab(addr: SocketAddr, cfg: &ClientConfig, pages: u64) -> Result<RemoteStore> {
+    RemoteStore::open(addr, cfg.clone(), pages)
+        .with_context(|| format!("cannot open {} on donor {addr}", size(pages)))
+}
+
+/// Pages each donor can still promise, whole stripe chunks, for an even
+/// stripe: the least free donor decides.
+fn room_on_each(donors: &[SocketAddr], cfg: &ClientConfig) -> Result<u64> {
+    let mut least = u64::MAX;
+    for &addr in donors {
+        least = least.min(free_pages(addr, cfg)?);
+    }
+    let cap = DEFAULT_MAX_PAGES / donors.len() as u64;
+    let each = least.min(cap) / STRIPE_CHUNK_PAGES * STRIPE_CHUNK_PAGES;
+    if each == 0 {
+        bail!("the donors have no room left ({} free on the fullest)", size(least));
+    }
+    Ok(each)
+}
+
+fn free_pages(addr: SocketAddr, cfg: &ClientConfig) -> Result<u64> {
+    let mut conn =
+        Conn::connect(addr, cfg).with_context(|| format!("cannot reach donor {addr}"))?;
+    conn.call(ReqHeader::new(Opcode::Stat, 0), &[], None)
+        .with_context(|| format!("donor {addr} did not answer STAT"))?;
+    Ok(StatReply::decode(conn.scratch())?.free_pages)
+}
+
+fn size(pages: u64) -> String {
+    memlend_node::size::human(pages * memlend_store::PAGE_SIZE as u64)
+}

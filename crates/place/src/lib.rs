@@ -1,0 +1,70 @@
+//! Where a far-memory region keeps its pages, chosen when it is created:
+//! one donor, a stripe over several donors, or a file on local SSD (NEC's
+//! "SSD as memory", and the default when no donor is named).
+//!
+//! Every front door (`memlend far`, `memlend run`'s preload shim, the C ABI
+//! and Python) opens its store here, so they size, name and clean up stores
+//! the same way.
+
+mod donors;
+mod ssd;
+
+use anyhow::{bail, Result};
+use memlend_store::PageStore;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Chunk of a stripe over several donors: big enough that a sequential run
+/// stays on one donor for a while, small enough to spread a hot set.
+pub const STRIPE_CHUNK_PAGES: u64 = 64;
+
+/// The largest store opened when no size is given (sparse, so only what is
+/// written costs anything).
+pub const DEFAULT_MAX_PAGES: u64 = (64 << 30) / memlend_store::PAGE_SIZE as u64;
+
+/// Where the pages go, and the credentials to get there.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// Donors' page-protocol addresses; pages are striped over all of them.
+    pub donors: Vec<SocketAddr>,
+    /// A local file for the pages: a new path, a directory (a fresh file is
+    /// made inside it), or a block device. Used when `donors` is empty;
+    /// `None` then means [`default_ssd_dir`].
+    pub ssd: Option<PathBuf>,
+    /// The cluster key file, for donors.
+    pub key: Option<PathBuf>,
+    /// Talk to donors that run without a key.
+    pub insecure: bool,
+}
+
+/// A store opened for a placement.
+pub struct Opened {
+    pub store: Arc<dyn PageStore>,
+    pub pages: u64,
+    /// For logs: "donor 10.0.0.2:7070", "3 donors", "file /var/tmp/...".
+    pub describe: String,
+}
+
+impl Placement {
+    /// Open a store of `pages` pages, or, when `None`, as many as the place
+    /// has room for, up to [`DEFAULT_MAX_PAGES`].
+    pub fn open(&self, pages: Option<u64>) -> Result<Opened> {
+        if pages == Some(0) {
+            bail!("a far-memory store needs at least one page");
+        }
+        if !self.donors.is_empty() {
+            if self.ssd.is_some() {
+                bail!("give donors or an SSD path, not both");
+            }
+            return donors::open(self, pages);
+        }
+        let path = self.ssd.clone().unwrap_or_else(default_ssd_dir);
+        ssd::open(&path, pages)
+    }
+}
+
+/// `$MEMLEND_SSD_DIR`, else `/var/tmp` (on disk, unlike a tmpfs `/tmp`).
+pub fn default_ssd_dir() -> PathBuf {
+    std::env::var_os("MEMLEND_SSD_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp".into())
+}

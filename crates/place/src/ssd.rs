@@ -1,0 +1,115 @@
+//! Pages in a local file. The file is unlinked as soon as it is open, so it
+//! goes away with the process however that ends; a block device is used
+//! whole and exclusively.
+
+use crate::{Opened, DEFAULT_MAX_PAGES};
+use anyhow::{bail, Context, Result};
+use memlend_store::file::{FileOptions, FileStore};
+use memlend_store::{PageStore, PAGE_SIZE};
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Of the free space on the file system, the share a default-sized store
+/// may grow into: the rest is left for everyone else.
+const FREE_SPACE_SHARE_PCT: u64 = 80;
+
+pub fn open(path: &Path, pages: Option<u64>) -> Result<Opened> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_block_device() => open_device(path, pages),
+        Ok(m) if m.is_dir() => {
+            let file = path.join(format!("memlend-{}-{}.pages", std::process::id(), nonce()));
+            create(&file, pages)
+        }
+        // Never truncate a file that is already there: it may be someone's.
+        Ok(_) => bail!("{} exists; give a new path, a directory or a block device", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path, pages),
+        Err(e) => Err(e).with_context(|| format!("cannot use {}", path.display())),
+    }
+}
+
+fn create(path: &Path, pages: Option<u64>) -> Result<Opened> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let room = free_pages(dir)? * FREE_SPACE_SHARE_PCT / 100;
+    let pages = match pages {
+        Some(p) if p > room => {
+            tracing::warn!(
+                "{}: {p} pages asked, {room} fit in the free space; writes past that fail",
+                path.display()
+            );
+            p
+        }
+        Some(p) => p,
+        None => room.min(DEFAULT_MAX_PAGES),
+    };
+    if pages == 0 {
+        bail!("{} has no free space for pages", dir.display());
+    }
+    let store = FileStore::create(path, pages, FileOptions::default())
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    // The open descriptor keeps the file; the name would only be left behind.
+    std::fs::remove_file(path).with_context(|| format!("cannot unlink {}", path.display()))?;
+    let describe = format!("file {} (unlinked)", path.display());
+    Ok(Opened { store: Arc::new(store), pages, describe })
+}
+
+fn open_device(path: &Path, pages: Option<u64>) -> Result<Opened> {
+    let len_bytes = pages.map(|p| p * PAGE_SIZE as u64);
+    let store = FileStore::open(path, len_bytes, FileOptions::default())
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let pages = store.info().pages;
+    Ok(Opened { store: Arc::new(store), pages, describe: format!("device {}", path.display()) })
+}
+
+fn free_pages(dir: &Path) -> Result<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
+    // SAFETY: `c` is a NUL-terminated path; statvfs writes only into `st`.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(e).with_context(|| format!("cannot stat {}", dir.display()));
+    }
+    Ok(st.f_bavail * st.f_frsize / PAGE_SIZE as u64)
+}
+
+fn nonce() -> u32 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    t.map(|d| d.subsec_nanos()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_gets_a_fresh_file_that_leaves_no_name_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let opened = open(dir.path(), Some(256)).unwrap();
+        assert_eq!(opened.pages, 256);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let data = vec![7u8; PAGE_SIZE];
+        opened.store.write(&[memlend_store::WriteOp { page: 255, data: &data }]).unwrap();
+        let mut back = vec![0u8; PAGE_SIZE];
+        opened.store.read(&mut [memlend_store::ReadOp { page: 255, buf: &mut back }]).unwrap();
+        assert_eq!(back, data);
+    }
+
+    #[test]
+    fn an_existing_file_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("someones");
+        std::fs::write(&path, b"keep me").unwrap();
+        let err = open(&path, Some(1)).err().unwrap().to_string();
+        assert!(err.contains("exists"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
+    }
+
+    #[test]
+    fn the_default_size_fits_the_free_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let opened = open(&dir.path().join("new"), None).unwrap();
+        assert!(opened.pages > 0 && opened.pages <= DEFAULT_MAX_PAGES);
+        assert!(opened.pages <= free_pages(dir.path()).unwrap());
+    }
+}
