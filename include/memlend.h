@@ -28,8 +28,11 @@
  *   - Every function may be called from any thread. The memory may be
  *     touched from any thread, until memlend_region_destroy() starts:
  *     after it, the addresses are unmapped.
+ *   - The memory belongs to the region: never free, munmap, mremap,
+ *     mprotect or madvise (DONTNEED/FREE/REMOVE) any part of it.
  *   - fork(): the region is not copied into the child (MADV_DONTFORK); a
- *     child that touches it gets SIGSEGV. exec() is fine.
+ *     child that touches it gets SIGSEGV, and its inherited handles are
+ *     not live (-EBADF). exec() is fine.
  *   - If the store fails (a donor dies), the faulting thread gets SIGBUS
  *     and the reason is logged to stderr; set MEMLEND_LOG=debug for more.
  */

@@ -48,15 +48,18 @@ fn compile(link: Link) -> PathBuf {
             let so = libmemlend_so();
             let dir = so.parent().unwrap().display().to_string();
             let args = vec![format!("-L{dir}"), "-lmemlend".into(), format!("-Wl,-rpath,{dir}")];
-            (out_dir.join(format!("check-shared-{}", std::process::id())), args)
+            (out_dir.join("check-shared"), args)
         }
         Link::Static => {
             // What `rustc --print native-static-libs` lists for a std staticlib.
             let a = libmemlend_a().display().to_string();
             let args = vec![a, "-lgcc_s".into(), "-lutil".into(), "-lrt".into(), "-ldl".into()];
-            (out_dir.join(format!("check-static-{}", std::process::id())), args)
+            (out_dir.join("check-static"), args)
         }
     };
+    // Built under a private name, then renamed into place: a test run in
+    // parallel keeps executing its own copy.
+    let tmp = exe.with_extension(format!("tmp{}", std::process::id()));
     let out = Command::new(cc())
         .args(["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1"])
         .arg("-pthread")
@@ -66,7 +69,7 @@ fn compile(link: Link) -> PathBuf {
         .args(&libs)
         .arg("-lm")
         .arg("-o")
-        .arg(&exe)
+        .arg(&tmp)
         .output()
         .expect("run cc");
     assert!(
@@ -74,6 +77,7 @@ fn compile(link: Link) -> PathBuf {
         "cc failed to build the C test program:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    std::fs::rename(&tmp, &exe).unwrap();
     exe
 }
 
@@ -195,6 +199,23 @@ fn nulls_bad_handles_and_short_buffers_are_errors_not_crashes() {
 fn a_forked_child_touching_the_region_gets_sigsegv_not_zeroes() {
     let dir = tempfile::tempdir().unwrap();
     passes(Link::Shared, &["fork", dir.path().to_str().unwrap()]);
+}
+
+#[test]
+fn destroy_racing_other_calls_on_the_handle_is_safe() {
+    let dir = tempfile::tempdir().unwrap();
+    passes(Link::Shared, &["race", dir.path().to_str().unwrap()]);
+}
+
+#[test]
+fn the_header_compiles_as_cpp() {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(&cxx)
+        .args(["-x", "c++", "-std=c++11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only"])
+        .arg(repo().join("include/memlend.h"))
+        .output()
+        .unwrap_or_else(|e| panic!("{cxx}: {e} (Debian: apt-get install build-essential)"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

@@ -10,6 +10,8 @@
  *       NULLs, bad handles, double destroy, short buffers, struct sizes
  *   check fork DIR
  *       a forked child touching the region dies of SIGSEGV; the parent is fine
+ *   check race DIR
+ *       destroy while two threads poll the handle's stats
  *
  * Exit 0 when every check passes; each failure is printed.
  */
@@ -304,6 +306,54 @@ static int forked(int argc, char **argv) {
     return failures ? 1 : 0;
 }
 
+struct racer {
+    memlend_region *r;
+    volatile int stop;
+    uint64_t ok, gone;
+};
+
+static void *poll_stats(void *arg) {
+    struct racer *x = arg;
+    while (!x->stop) {
+        memlend_stats st = {.struct_size = sizeof st};
+        int rc = memlend_region_stats(x->r, &st);
+        if (rc == 0) x->ok++;
+        else if (rc == -EBADF) x->gone++;
+        else abort();
+        if (rc == -EBADF && x->gone > 1000) break;
+    }
+    return NULL;
+}
+
+/* Destroy while other threads call into the same handle: each call either
+ * sees the live region or -EBADF, never a crash. */
+static int race(int argc, char **argv) {
+    if (argc < 1) return 2;
+    for (int round = 0; round < 20; round++) {
+        memlend_config cfg;
+        memlend_config_init(&cfg);
+        cfg.size_bytes = 1 << 20;
+        cfg.budget_bytes = 1 << 16;
+        cfg.ssd_path = argv[0];
+        char err[256];
+        struct racer x = {0};
+        x.r = memlend_region_create(&cfg, err, sizeof err);
+        CHECK(x.r != NULL, "%s", err);
+        if (!x.r) return 1;
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, poll_stats, &x);
+        usleep(1000);
+        CHECK(memlend_region_destroy(x.r) == 0, "destroy");
+        usleep(1000);
+        x.stop = 1;
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        CHECK(memlend_region_stats(x.r, NULL) == -EINVAL, "NULL out first");
+        if (round == 19) printf("race: %llu live calls, %llu after destroy\n",
+                                (unsigned long long)x.ok, (unsigned long long)x.gone);
+    }
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) return 2;
@@ -312,6 +362,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "refuse") == 0) return refuse(argc - 2, argv + 2);
     if (strcmp(mode, "misuse") == 0) return misuse(argc - 2, argv + 2);
     if (strcmp(mode, "fork") == 0) return forked(argc - 2, argv + 2);
+    if (strcmp(mode, "race") == 0) return race(argc - 2, argv + 2);
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }
