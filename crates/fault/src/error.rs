@@ -8,6 +8,8 @@ pub type Result<T> = std::result::Result<T, FaultError>;
 pub enum FaultError {
     #[error("invalid region config: {0}")]
     Config(String),
+    #[error("invalid range: {0}")]
+    Range(String),
     #[error("{what}: {source}")]
     Os {
         what: &'static str,

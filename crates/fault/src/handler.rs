@@ -2,11 +2,12 @@
 //! batch first when the resident budget is full. It alone owns the page
 //! table, so the state machine needs no locks.
 
+use crate::discards::Discards;
 use crate::mem::Mapping;
 use crate::state::{PageState, PageTable};
 use crate::stats::Counters;
-use crate::uffd::{self, Fault, Ready, Uffd};
-use memlend_store::{PageStore, ReadOp, StoreResult, WriteOp, PAGE_SIZE};
+use crate::uffd::{self, Fault, Msg, Ready, Uffd};
+use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::io;
 use std::io::PipeReader;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -19,6 +20,12 @@ const EAGAIN_TRIES: usize = 16;
 const READ_TRIES: usize = 3;
 /// Poll wakes at least this often even with nothing to do.
 const POLL_TIMEOUT_MS: i32 = 1000;
+/// While faults wait for a retry, poll this often.
+const DEFERRED_POLL_MS: i32 = 1;
+/// Faults put off because an event was pending (EAGAIN); each is one
+/// blocked thread, so this many is plenty. Past it, a faulter is woken
+/// instead and faults again.
+const MAX_DEFERRED: usize = 64;
 
 #[derive(Clone, Copy)]
 enum Fill {
@@ -35,17 +42,36 @@ impl Fill {
     }
 }
 
+/// What became of a fault.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    Done,
+    /// A UFFDIO call kept answering EAGAIN: an event (REMOVE, UNMAP) is
+    /// queued behind this fault, and until we read it the kernel refuses
+    /// to map pages. The message is consumed and its thread still waits.
+    Again,
+}
+
+fn is_eagain(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EAGAIN)
+}
+
 pub(crate) struct Handler {
     pub uffd: Uffd,
+    /// The staging mapping's own descriptor (see `Uffd::open_staging`);
+    /// UFFDIO_MOVE into staging is issued on it.
+    pub staging_uffd: Uffd,
     /// Start of the region; pages are `base + page * PAGE_SIZE`.
     pub base: usize,
     pub pages: u32,
     pub table: PageTable,
     pub store: Arc<dyn PageStore>,
     pub counters: Arc<Counters>,
+    pub discards: Arc<Discards>,
     pub budget_pages: usize,
-    /// Registered with `uffd` too (UFFDIO_MOVE wants that of its target);
-    /// one slot per page of an eviction batch, empty between batches.
+    /// Registered with `staging_uffd` (UFFDIO_MOVE wants that of its
+    /// target); one slot per page of an eviction batch, empty between
+    /// batches.
     pub staging: Mapping,
     /// One page: the target of store reads.
     pub page_buf: Vec<u8>,
@@ -55,56 +81,106 @@ pub(crate) struct Handler {
     /// Scratch for an eviction batch: (staging slot, page) of dirty pages
     /// with data.
     pub dirty: Vec<(usize, u32)>,
+    /// Faults to try again once pending events are read; at most
+    /// `MAX_DEFERRED`.
+    pub deferred: Vec<Fault>,
 }
 
 impl Handler {
-    /// Serve faults until the stop pipe is written to or closed.
+    /// Serve faults until the stop pipe is written to or closed, then give
+    /// the ranges up so that unmapping them waits on nobody.
     pub fn run(mut self, stop: PipeReader) {
-        let mut faults = [Fault::default(); 16];
+        self.serve(&stop);
+        self.unregister();
+    }
+
+    fn serve(&mut self, stop: &PipeReader) {
+        let mut msgs = [Msg::default(); 16];
         loop {
-            match uffd::wait(&self.uffd, &stop, POLL_TIMEOUT_MS) {
+            let timeout = if self.deferred.is_empty() { POLL_TIMEOUT_MS } else { DEFERRED_POLL_MS };
+            match uffd::wait(&self.uffd, stop, timeout) {
                 Ok(Ready::Stop) => return,
-                Ok(Ready::Nothing) => continue,
-                Ok(Ready::Faults) => {}
+                Ok(Ready::Nothing) => {}
+                Ok(Ready::Faults) => match self.uffd.read_msgs(&mut msgs) {
+                    Ok(n) => msgs[..n].iter().for_each(|&msg| self.message(msg)),
+                    Err(e) => {
+                        tracing::error!("fault handler: reading faults failed, stopping: {e}");
+                        return;
+                    }
+                },
                 Err(e) => {
                     tracing::error!("fault handler: poll failed, stopping: {e}");
                     return;
                 }
             }
-            let count = match self.uffd.read_faults(&mut faults) {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::error!("fault handler: reading faults failed, stopping: {e}");
-                    return;
-                }
-            };
-            for &fault in &faults[..count] {
-                self.fault(fault);
-            }
+            self.retry_deferred();
         }
     }
 
-    fn fault(&mut self, fault: Fault) {
+    fn unregister(&self) {
+        let region = self.pages as usize * PAGE_SIZE;
+        if let Err(e) = self.uffd.unregister(self.base, region) {
+            tracing::warn!("fault handler: unregistering the region failed: {e}");
+        }
+        let staging = &self.staging;
+        if let Err(e) = self.staging_uffd.unregister(staging.addr(), staging.len_bytes()) {
+            tracing::warn!("fault handler: unregistering staging failed: {e}");
+        }
+    }
+
+    fn message(&mut self, msg: Msg) {
+        match msg {
+            Msg::Fault(fault) => {
+                if self.fault(fault) == Step::Again {
+                    self.defer(fault);
+                }
+            }
+            Msg::Remove { start, end } => self.removed(start, end, false),
+            Msg::Unmap { start, end } => self.removed(start, end, true),
+            Msg::Remap { from, to, len } => self.remapped(from, to, len),
+        }
+    }
+
+    fn defer(&mut self, fault: Fault) {
+        Counters::add(&self.counters.faults_deferred, 1);
+        if self.deferred.len() < MAX_DEFERRED {
+            self.deferred.push(fault);
+        } else if let Err(e) = self.uffd.wake(fault.addr & !(PAGE_SIZE - 1), PAGE_SIZE) {
+            tracing::error!("fault handler: waking a deferred fault failed: {e}");
+        }
+    }
+
+    /// Try the deferred faults once each; those still refused stay.
+    fn retry_deferred(&mut self) {
+        let mut deferred = std::mem::take(&mut self.deferred);
+        deferred.retain(|&fault| self.fault(fault) == Step::Again);
+        self.deferred = deferred;
+    }
+
+    fn fault(&mut self, fault: Fault) -> Step {
         let page = fault.addr.wrapping_sub(self.base) / PAGE_SIZE;
         if page >= self.pages as usize {
             tracing::error!("fault handler: fault at {:#x} outside the region", fault.addr);
-            return;
+            return Step::Done;
         }
         let page = page as u32;
         if fault.wp {
-            self.write_to_clean(page);
-            return;
+            return self.write_to_clean(page);
         }
         let result = match self.table.get(page) {
             PageState::Clean | PageState::Dirty => self.already_mapped(page),
             PageState::Empty => self.zero_fill(page, fault.write),
             PageState::InStore => self.fill_from_store(page, fault.write),
         };
-        if let Err(e) = result {
-            tracing::error!("fault handler: page {page} could not be mapped: {e}");
-            self.poison(page);
-        }
         self.publish_resident();
+        match result {
+            Ok(()) => Step::Done,
+            Err(e) if is_eagain(&e) => Step::Again,
+            Err(e) => {
+                tracing::error!("fault handler: page {page} could not be mapped: {e}");
+                self.poison(page)
+            }
+        }
     }
 
     /// A write hit a write-protected page. If it is `Clean`, its store copy
@@ -112,7 +188,7 @@ impl Handler {
     /// wakes the writer. `Dirty` means another thread's message for the same
     /// page came first. If the page was evicted since, the writer only needs
     /// waking: its retry faults as missing.
-    fn write_to_clean(&mut self, page: u32) {
+    fn write_to_clean(&mut self, page: u32) -> Step {
         let page_addr = self.page_addr(page);
         let state = self.table.get(page);
         if state == PageState::Clean {
@@ -124,10 +200,15 @@ impl Handler {
         } else {
             self.uffd.wake(page_addr, PAGE_SIZE)
         };
-        if let Err(e) = result {
-            // The page stays dirty (the safe side); the writer's retry faults again.
-            tracing::error!("fault handler: unprotecting page {page} failed: {e}");
-            let _ = self.uffd.wake(page_addr, PAGE_SIZE);
+        match result {
+            Ok(()) => Step::Done,
+            Err(e) if is_eagain(&e) => Step::Again,
+            Err(e) => {
+                // The page stays dirty (the safe side); the writer's retry faults again.
+                tracing::error!("fault handler: unprotecting page {page} failed: {e}");
+                let _ = self.uffd.wake(page_addr, PAGE_SIZE);
+                Step::Done
+            }
         }
     }
 
@@ -176,8 +257,10 @@ impl Handler {
     fn fill_from_store(&mut self, page: u32, write: bool) -> io::Result<()> {
         if let Err(e) = self.read_page(page) {
             tracing::error!("fault handler: store read of page {page} failed: {e}");
-            self.poison(page);
-            return Ok(());
+            return match self.poison(page) {
+                Step::Done => Ok(()),
+                Step::Again => Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+            };
         }
         self.make_room();
         let now = if write { PageState::Dirty } else { PageState::Clean };
@@ -210,7 +293,7 @@ impl Handler {
         result
     }
 
-    fn page_addr(&self, page: u32) -> usize {
+    pub(crate) fn page_addr(&self, page: u32) -> usize {
         self.base + page as usize * PAGE_SIZE
     }
 
@@ -227,137 +310,17 @@ impl Handler {
     }
 
     /// The faulting thread gets SIGBUS at this page instead of waiting forever.
-    fn poison(&mut self, page: u32) {
+    pub(crate) fn poison(&mut self, page: u32) -> Step {
         let page_addr = self.page_addr(page);
         match resolve(&self.uffd, page_addr, || self.uffd.poison(page_addr, PAGE_SIZE)) {
             Ok(()) => Counters::add(&self.counters.pages_poisoned, 1),
+            Err(e) if is_eagain(&e) => return Step::Again,
             Err(e) => tracing::error!("fault handler: poisoning page {page} failed: {e}"),
         }
+        Step::Done
     }
 
-    fn make_room(&mut self) {
-        if self.table.resident() >= self.budget_pages {
-            self.evict_batch();
-        }
-    }
-
-    /// Move the oldest pages out of the region, write them to the store in
-    /// one call, and settle each one's state.
-    fn evict_batch(&mut self) {
-        let batch_pages = self.staging.len_bytes() / PAGE_SIZE;
-        let mut victims = std::mem::take(&mut self.victims);
-        self.table.take_victims(batch_pages, &mut victims);
-        let staged = self.stage(&mut victims);
-        if staged == 0 {
-            self.victims = victims;
-            return;
-        }
-        let mut dirty = std::mem::take(&mut self.dirty);
-        let (clean, zero) = self.sort_staged(&victims[..staged], &mut dirty);
-        self.drop_clean(&clean);
-        match write_back(self.store.as_ref(), &self.staging, &dirty) {
-            Ok(()) => {
-                for &(_, page) in &dirty {
-                    self.table.evicted(page);
-                }
-                // A page of zeroes needs no store copy: as Empty it is
-                // zero-filled on the next touch, whatever the store holds.
-                for &(_, page) in &zero {
-                    self.table.emptied(page);
-                }
-                Counters::add(&self.counters.eviction_batches, 1);
-                Counters::add(&self.counters.pages_written_back, dirty.len() as u64);
-                Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
-            }
-            Err(e) => {
-                let count = dirty.len();
-                tracing::error!("fault handler: write-back of {count} pages failed: {e}");
-                self.unstage(&dirty);
-                self.unstage(&zero);
-            }
-        }
-        if let Err(e) = self.staging.discard(0, staged * PAGE_SIZE) {
-            tracing::error!("fault handler: clearing staging failed: {e}");
-        }
-        self.victims = victims;
-        dirty.clear();
-        self.dirty = dirty;
-    }
-
-    /// Sort staged pages (slot `i` holds `staged[i]`) three ways: clean
-    /// ones (store copy current), returned first; dirty ones holding data, as
-    /// (slot, page) into `dirty`; dirty ones that are all zeroes, returned
-    /// second as (slot, page).
-    fn sort_staged(
-        &self,
-        staged: &[u32],
-        dirty: &mut Vec<(usize, u32)>,
-    ) -> (Vec<u32>, Vec<(usize, u32)>) {
-        let mut clean = Vec::new();
-        let mut zero = Vec::new();
-        for (slot, &page) in staged.iter().enumerate() {
-            if self.table.get(page) == PageState::Clean {
-                clean.push(page);
-            } else if self.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
-                zero.push((slot, page));
-            } else {
-                dirty.push((slot, page));
-            }
-        }
-        (clean, zero)
-    }
-
-    /// Clean victims were never written since they came from the store,
-    /// whose copy is still theirs: back to `InStore` with no write.
-    fn drop_clean(&mut self, clean: &[u32]) {
-        for &page in clean {
-            self.table.evicted(page);
-        }
-        Counters::add(&self.counters.pages_clean_dropped, clean.len() as u64);
-    }
-
-    /// Move each victim into the next staging slot. Victims that moved are
-    /// gathered at the front of `victims`, in slot order; returns how many.
-    fn stage(&mut self, victims: &mut [u32]) -> usize {
-        let mut staged = 0;
-        for i in 0..victims.len() {
-            let page = victims[i];
-            let src = self.base + page as usize * PAGE_SIZE;
-            let dst = self.staging.addr() + staged * PAGE_SIZE;
-            match retry_eagain(|| self.uffd.move_pages(dst, src, PAGE_SIZE)) {
-                Ok(()) => {
-                    victims[staged] = page;
-                    staged += 1;
-                }
-                // Dropped behind our back (MADV_DONTNEED by the owner).
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.table.emptied(page),
-                Err(e) => {
-                    tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
-                    self.table.requeue(page);
-                }
-            }
-        }
-        staged
-    }
-
-    /// The store refused the batch: map the staged (slot, page) pairs back
-    /// where they were, writable; they are `Dirty` already.
-    fn unstage(&mut self, staged: &[(usize, u32)]) {
-        for &(slot, page) in staged {
-            let page_addr = self.page_addr(page);
-            let bytes = self.staging.present_pages(slot, 1);
-            match resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes, false)) {
-                Ok(()) => self.table.requeue(page),
-                Err(e) => {
-                    tracing::error!("fault handler: page {page} lost, cannot restore: {e}");
-                    self.table.emptied(page);
-                    self.poison(page);
-                }
-            }
-        }
-    }
-
-    fn publish_resident(&self) {
+    pub(crate) fn publish_resident(&self) {
         let resident = self.table.resident() as u64;
         self.counters.pages_resident.store(resident, Relaxed);
     }
@@ -366,7 +329,11 @@ impl Handler {
 /// Run one UFFDIO_* call that maps the page at `page_addr`. EEXIST means it
 /// is mapped already, which is all we wanted; the kernel wakes waiters only
 /// on success, so wake them here.
-fn resolve(uffd: &Uffd, page_addr: usize, call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
+pub(crate) fn resolve(
+    uffd: &Uffd,
+    page_addr: usize,
+    call: impl FnMut() -> io::Result<()>,
+) -> io::Result<()> {
     match retry_eagain(call) {
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => uffd.wake(page_addr, PAGE_SIZE),
         other => other,
@@ -374,7 +341,7 @@ fn resolve(uffd: &Uffd, page_addr: usize, call: impl FnMut() -> io::Result<()>) 
 }
 
 /// Run one UFFDIO_* call, retrying EAGAIN a bounded number of times.
-fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
+pub(crate) fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
     let mut last = Ok(());
     for _ in 0..EAGAIN_TRIES {
         last = call();
@@ -384,32 +351,4 @@ fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
         }
     }
     last
-}
-
-/// One store `write` for the staged (slot, page) pairs, with runs of
-/// consecutive pages in consecutive slots joined into one op. Nothing to
-/// write is no call at all.
-fn write_back(
-    store: &dyn PageStore,
-    staging: &Mapping,
-    staged: &[(usize, u32)],
-) -> StoreResult<()> {
-    if staged.is_empty() {
-        return Ok(());
-    }
-    let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(staged.len());
-    let mut run_start = 0;
-    for i in 1..=staged.len() {
-        let joins = i < staged.len()
-            && staged[i].0 == staged[i - 1].0 + 1
-            && staged[i].1 == staged[i - 1].1 + 1;
-        if !joins {
-            ops.push(WriteOp {
-                page: u64::from(staged[run_start].1),
-                data: staging.present_pages(staged[run_start].0, i - run_start),
-            });
-            run_start = i;
-        }
-    }
-    store.write(&ops)
 }

@@ -14,7 +14,10 @@
 //! The `unsafe` code is at two edges: `uffd` (the userfaultfd ioctls) and
 //! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.
 
+mod discards;
 mod error;
+mod events;
+mod evict;
 mod handler;
 mod mem;
 mod region;
@@ -25,4 +28,4 @@ mod uffd;
 pub use error::{FaultError, Result};
 pub use region::{Region, RegionConfig};
 pub use state::METADATA_BYTES_PER_PAGE;
-pub use stats::RegionStats;
+pub use stats::{DetailedStats, RegionStats};

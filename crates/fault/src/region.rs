@@ -1,10 +1,11 @@
 //! `Region`: the mapping, its userfaultfd registration and its handler thread.
 
+use crate::discards::Discards;
 use crate::error::{FaultError, Result};
 use crate::handler::Handler;
 use crate::mem::Mapping;
 use crate::state::PageTable;
-use crate::stats::{Counters, RegionStats};
+use crate::stats::{Counters, DetailedStats, RegionStats};
 use crate::uffd::Uffd;
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::io::PipeWriter;
@@ -39,8 +40,16 @@ pub struct Region {
     stop: Option<PipeWriter>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
+    discards: Arc<Discards>,
     map: Mapping,
 }
+
+// The owner shares a region between threads (as the preload shim does):
+// everything in it is either immutable after `new` or synchronised.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Region>();
+};
 
 impl Region {
     pub fn new(config: RegionConfig, store: Arc<dyn PageStore>) -> Result<Region> {
@@ -48,32 +57,38 @@ impl Region {
         let map = Mapping::new(pages as usize).map_err(FaultError::os("mmap region"))?;
         let staging =
             Mapping::new(config.evict_batch_pages).map_err(FaultError::os("mmap staging"))?;
-        let uffd = Uffd::open().map_err(FaultError::os("open userfaultfd"))?;
+        let uffd = Uffd::open_region().map_err(FaultError::os("open userfaultfd"))?;
         uffd.register(map.addr(), map.len_bytes(), true)
             .map_err(FaultError::os("register region"))?;
-        uffd.register(staging.addr(), staging.len_bytes(), false)
+        let staging_uffd = Uffd::open_staging().map_err(FaultError::os("open userfaultfd"))?;
+        staging_uffd
+            .register(staging.addr(), staging.len_bytes(), false)
             .map_err(FaultError::os("register staging"))?;
         let counters = Arc::new(Counters::default());
+        let discards = Arc::new(Discards::default());
         let handler = Handler {
             uffd,
+            staging_uffd,
             base: map.addr(),
             pages,
-            table: PageTable::new(pages),
+            table: PageTable::new(pages, config.budget_pages),
             store,
             counters: counters.clone(),
+            discards: discards.clone(),
             budget_pages: config.budget_pages,
             staging,
             page_buf: vec![0; PAGE_SIZE],
             zero_page: vec![0; PAGE_SIZE],
             victims: Vec::with_capacity(config.evict_batch_pages),
             dirty: Vec::with_capacity(config.evict_batch_pages),
+            deferred: Vec::new(),
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()
             .name("memlend-fault".into())
             .spawn(move || handler.run(stop_rx))
             .map_err(FaultError::os("spawn fault handler"))?;
-        Ok(Region { stop: Some(stop_tx), thread: Some(thread), counters, map })
+        Ok(Region { stop: Some(stop_tx), thread: Some(thread), counters, discards, map })
     }
 
     /// Start of the region. Valid for reads and writes of `len()` bytes
@@ -94,6 +109,32 @@ impl Region {
     pub fn stats(&self) -> RegionStats {
         self.counters.snapshot()
     }
+
+    /// [`Region::stats`] plus the counters added since (events, policy,
+    /// prefetch).
+    pub fn detailed_stats(&self) -> DetailedStats {
+        self.counters.detailed()
+    }
+
+    /// Free `len_bytes` at `offset_bytes` (both whole pages, inside the
+    /// region): when this returns the range reads zero, costs no resident
+    /// budget and holds nothing in the store. It is madvise(MADV_DONTNEED);
+    /// the handler, told by the REMOVE event, forgets the pages and discards
+    /// their store copies. Safe to call from any thread, even while others
+    /// touch other pages (or these: they read old bytes or zero).
+    pub fn discard(&self, offset_bytes: usize, len_bytes: usize) -> Result<()> {
+        check_range(offset_bytes, len_bytes, self.len())?;
+        if len_bytes == 0 {
+            return Ok(());
+        }
+        let start = self.map.addr() + offset_bytes;
+        let listed = self.discards.begin(start, start + len_bytes);
+        let result = self.map.discard(offset_bytes, len_bytes);
+        if listed {
+            self.discards.finish(start, start + len_bytes);
+        }
+        result.map_err(FaultError::os("madvise(MADV_DONTNEED)"))
+    }
 }
 
 impl Drop for Region {
@@ -106,6 +147,19 @@ impl Drop for Region {
             }
         }
     }
+}
+
+/// `offset_bytes..offset_bytes + len_bytes` is whole pages inside `region_bytes`.
+fn check_range(offset_bytes: usize, len_bytes: usize, region_bytes: usize) -> Result<()> {
+    let aligned = offset_bytes.is_multiple_of(PAGE_SIZE) && len_bytes.is_multiple_of(PAGE_SIZE);
+    let inside = offset_bytes.checked_add(len_bytes).is_some_and(|end| end <= region_bytes);
+    if !aligned || !inside {
+        return Err(FaultError::Range(format!(
+            "{offset_bytes:#x}+{len_bytes:#x} is not whole pages inside the region \
+             ({region_bytes:#x} bytes)"
+        )));
+    }
+    Ok(())
 }
 
 /// The region's page count, once the config and store size are checked.

@@ -15,6 +15,12 @@ pub(crate) struct Counters {
     pub write_protect: AtomicU64,
     pub pages_poisoned: AtomicU64,
     pub pages_resident: AtomicU64,
+    pub remove_events: AtomicU64,
+    pub unmap_events: AtomicU64,
+    pub remap_events: AtomicU64,
+    pub pages_discarded: AtomicU64,
+    pub store_discard_failures: AtomicU64,
+    pub faults_deferred: AtomicU64,
 }
 
 /// A snapshot of [`crate::Region::stats`].
@@ -47,6 +53,29 @@ pub struct RegionStats {
     pub pages_resident: u64,
 }
 
+/// Counters beyond [`RegionStats`] (kept separate so that code destructuring
+/// `RegionStats` keeps compiling): events and their effects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DetailedStats {
+    pub basic: RegionStats,
+    /// REMOVE events: madvise(MADV_DONTNEED/MADV_REMOVE/MADV_FREE) of
+    /// region memory, including every [`crate::Region::discard`].
+    pub remove_events: u64,
+    /// UNMAP events: munmap of region memory by its owner.
+    pub unmap_events: u64,
+    /// REMAP events: mremap moved region memory (unsupported; logged).
+    pub remap_events: u64,
+    /// Region pages inside REMOVE/UNMAP ranges: now `Empty` (or, for an
+    /// madvise other than `Region::discard`, `Dirty` if still mapped), their
+    /// store copies discarded.
+    pub pages_discarded: u64,
+    /// Store discards that failed (best effort; logged).
+    pub store_discard_failures: u64,
+    /// Faults put off because the kernel refused to map while an event was
+    /// queued (EAGAIN), then served after reading it.
+    pub faults_deferred: u64,
+}
+
 impl Counters {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
@@ -64,6 +93,18 @@ impl Counters {
             faults_write_protect: self.write_protect.load(Relaxed),
             pages_poisoned: self.pages_poisoned.load(Relaxed),
             pages_resident: self.pages_resident.load(Relaxed),
+        }
+    }
+
+    pub fn detailed(&self) -> DetailedStats {
+        DetailedStats {
+            basic: self.snapshot(),
+            remove_events: self.remove_events.load(Relaxed),
+            unmap_events: self.unmap_events.load(Relaxed),
+            remap_events: self.remap_events.load(Relaxed),
+            pages_discarded: self.pages_discarded.load(Relaxed),
+            store_discard_failures: self.store_discard_failures.load(Relaxed),
+            faults_deferred: self.faults_deferred.load(Relaxed),
         }
     }
 }

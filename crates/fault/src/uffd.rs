@@ -20,6 +20,7 @@ const fn ior(nr: u64, size: usize) -> u64 {
 const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
 const UFFDIO_API: u64 = iowr(0x3F, size_of::<ApiArgs>());
 const UFFDIO_REGISTER: u64 = iowr(0x00, size_of::<RegisterArgs>());
+const UFFDIO_UNREGISTER: u64 = ior(0x01, size_of::<Range>());
 const UFFDIO_WAKE: u64 = ior(0x02, size_of::<Range>());
 const UFFDIO_COPY: u64 = iowr(0x03, size_of::<CopyArgs>());
 const UFFDIO_ZEROPAGE: u64 = iowr(0x04, size_of::<RangeArgs>());
@@ -28,12 +29,18 @@ const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, size_of::<WriteProtectArgs>());
 const UFFDIO_POISON: u64 = iowr(0x08, size_of::<RangeArgs>());
 
 const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+const FEATURE_EVENT_REMAP: u64 = 1 << 2;
+const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
+const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
 const FEATURE_POISON: u64 = 1 << 14;
 const FEATURE_MOVE: u64 = 1 << 16;
 const REGISTER_MODE_MISSING: u64 = 1 << 0;
 const REGISTER_MODE_WP: u64 = 1 << 1;
 const COPY_MODE_WP: u64 = 1 << 1;
 const EVENT_PAGEFAULT: u8 = 0x12;
+const EVENT_REMAP: u8 = 0x14;
+const EVENT_REMOVE: u8 = 0x15;
+const EVENT_UNMAP: u8 = 0x16;
 const PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 
@@ -83,15 +90,15 @@ struct WriteProtectArgs {
     mode: u64,
 }
 
-/// `struct uffd_msg`: 32 bytes, of which a page fault uses the address.
+/// `struct uffd_msg`: 32 bytes: the event, then a union of three words.
+/// A page fault uses (flags, address, thread id); REMOVE and UNMAP use
+/// (start, end); REMAP uses (from, to, len).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct RawMsg {
     event: u8,
     reserved: [u8; 7],
-    flags: u64,
-    address: u64,
-    extra: u64,
+    arg: [u64; 3],
 }
 const _: () = assert!(size_of::<RawMsg>() == 32);
 
@@ -107,22 +114,78 @@ pub struct Fault {
     pub wp: bool,
 }
 
-/// A userfaultfd, opened non-blocking with the features this crate uses
-/// (MOVE for eviction, POISON for pages whose store read failed, WP faults
-/// for dirty tracking).
+/// One message from the descriptor.
+#[derive(Clone, Copy, Debug)]
+pub enum Msg {
+    Fault(Fault),
+    /// MADV_DONTNEED, MADV_REMOVE or MADV_FREE of `start..end`: read before
+    /// the kernel drops anything (the caller waits until we read this).
+    Remove {
+        start: usize,
+        end: usize,
+    },
+    /// munmap of `start..end`, already done.
+    Unmap {
+        start: usize,
+        end: usize,
+    },
+    /// mremap moved `len` bytes from `from` to `to`.
+    Remap {
+        from: usize,
+        to: usize,
+        len: usize,
+    },
+}
+
+impl Default for Msg {
+    fn default() -> Msg {
+        Msg::Fault(Fault::default())
+    }
+}
+
+/// A userfaultfd, opened non-blocking with the features this crate uses.
 pub struct Uffd {
     fd: OwnedFd,
 }
 
-const FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP | FEATURE_POISON | FEATURE_MOVE;
+/// The region's descriptor: MOVE for eviction, POISON for pages whose store
+/// read failed, WP faults for dirty tracking, and the non-cooperative events
+/// that tell us about free()/munmap/madvise/mremap of region memory.
+const REGION_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
+    | FEATURE_POISON
+    | FEATURE_MOVE
+    | FEATURE_EVENT_REMOVE
+    | FEATURE_EVENT_UNMAP
+    | FEATURE_EVENT_REMAP;
+/// The staging mapping's descriptor: MOVE only. It must not ask for REMOVE
+/// events, since the handler itself drops staged pages with MADV_DONTNEED,
+/// and it would wait for ever on an event only it can read.
+const STAGING_FEATURES: u64 = FEATURE_MOVE;
 
 impl Uffd {
-    pub fn open() -> io::Result<Uffd> {
+    /// The descriptor a region is registered with.
+    pub fn open_region() -> io::Result<Uffd> {
+        Uffd::open(REGION_FEATURES)
+    }
+
+    /// The descriptor the staging mapping is registered with.
+    pub fn open_staging() -> io::Result<Uffd> {
+        Uffd::open(STAGING_FEATURES)
+    }
+
+    fn open(features: u64) -> io::Result<Uffd> {
         let fd = open_raw()?;
         let uffd = Uffd { fd };
-        let mut api = ApiArgs { api: UFFD_API, features: FEATURES, ioctls: 0 };
+        let mut api = ApiArgs { api: UFFD_API, features, ioctls: 0 };
         uffd.ioctl(UFFDIO_API, &mut api)?;
         Ok(uffd)
+    }
+
+    /// Stop handling `start..start + len_bytes`: its faults and events no
+    /// longer come to us, and threads waiting on it are woken.
+    pub fn unregister(&self, start: usize, len_bytes: usize) -> io::Result<()> {
+        let mut args = range(start, len_bytes);
+        self.ioctl(UFFDIO_UNREGISTER, &mut args)
     }
 
     /// Ask for MISSING faults on `start..start + len_bytes`, and with
@@ -164,6 +227,7 @@ impl Uffd {
     /// Move the pages at `src` to `dst` (whose PTEs must be empty): afterwards
     /// `src` is missing, so any access faults to us. Atomic per page, unlike
     /// copy-then-MADV_DONTNEED, which loses a write landing in between.
+    /// `dst` must be registered with this descriptor; `src` need not be.
     pub fn move_pages(&self, dst: usize, src: usize, len_bytes: usize) -> io::Result<()> {
         let mut args = CopyArgs {
             dst: dst as u64,
@@ -188,16 +252,15 @@ impl Uffd {
         self.ioctl(UFFDIO_POISON, &mut args)
     }
 
-    /// Read pending page faults into `faults`; returns how many. Zero means
-    /// none pending right now (the descriptor is non-blocking).
-    pub fn read_faults(&self, faults: &mut [Fault; 16]) -> io::Result<usize> {
-        let mut msgs = [RawMsg::default(); 16];
-        // SAFETY: `msgs` is writable for its full size in bytes, which is what
+    /// Read pending messages into `msgs`; returns how many. Zero means none
+    /// pending right now (the descriptor is non-blocking).
+    pub fn read_msgs(&self, msgs: &mut [Msg; 16]) -> io::Result<usize> {
+        let mut raw = [RawMsg::default(); 16];
+        // SAFETY: `raw` is writable for its full size in bytes, which is what
         // we pass; RawMsg is plain data, so any bytes the kernel writes are a
         // valid value.
-        let n = unsafe {
-            libc::read(self.fd.as_raw_fd(), msgs.as_mut_ptr().cast(), size_of_val(&msgs))
-        };
+        let n =
+            unsafe { libc::read(self.fd.as_raw_fd(), raw.as_mut_ptr().cast(), size_of_val(&raw)) };
         if n < 0 {
             let err = io::Error::last_os_error();
             return match err.raw_os_error() {
@@ -207,12 +270,12 @@ impl Uffd {
         }
         let got = n as usize / size_of::<RawMsg>();
         let mut count = 0;
-        for msg in msgs[..got].iter().filter(|m| m.event == EVENT_PAGEFAULT) {
-            faults[count] = Fault {
-                addr: msg.address as usize,
-                write: msg.flags & PAGEFAULT_FLAG_WRITE != 0,
-                wp: msg.flags & PAGEFAULT_FLAG_WP != 0,
+        for msg in &raw[..got] {
+            let Some(parsed) = parse(msg) else {
+                tracing::warn!("userfaultfd: unexpected event {:#x} ignored", msg.event);
+                continue;
             };
+            msgs[count] = parsed;
             count += 1;
         }
         Ok(count)
@@ -235,6 +298,21 @@ impl AsFd for Uffd {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+fn parse(msg: &RawMsg) -> Option<Msg> {
+    let [a, b, c] = msg.arg.map(|w| w as usize);
+    Some(match msg.event {
+        EVENT_PAGEFAULT => Msg::Fault(Fault {
+            addr: b,
+            write: msg.arg[0] & PAGEFAULT_FLAG_WRITE != 0,
+            wp: msg.arg[0] & PAGEFAULT_FLAG_WP != 0,
+        }),
+        EVENT_REMOVE => Msg::Remove { start: a, end: b },
+        EVENT_UNMAP => Msg::Unmap { start: a, end: b },
+        EVENT_REMAP => Msg::Remap { from: a, to: b, len: c },
+        _ => return None,
+    })
 }
 
 fn range(start: usize, len_bytes: usize) -> Range {

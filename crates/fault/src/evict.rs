@@ -1,0 +1,178 @@
+//! Eviction: a batch of victims is moved out of the region (UFFDIO_MOVE into
+//! staging), sorted into clean, all-zero and dirty, and the dirty ones are
+//! written to the store in one call.
+
+use crate::handler::{resolve, retry_eagain, Handler};
+use crate::mem::Mapping;
+use crate::state::PageState;
+use crate::stats::Counters;
+use memlend_store::{PageStore, StoreResult, WriteOp, PAGE_SIZE};
+use std::io;
+
+impl Handler {
+    pub(crate) fn make_room(&mut self) {
+        if self.table.resident() >= self.budget_pages {
+            self.evict_batch();
+        }
+    }
+
+    /// Move the oldest pages out of the region, write them to the store in
+    /// one call, and settle each one's state.
+    fn evict_batch(&mut self) {
+        let batch_pages = self.staging.len_bytes() / PAGE_SIZE;
+        let mut victims = std::mem::take(&mut self.victims);
+        self.table.take_victims(batch_pages, &mut victims);
+        let staged = self.stage(&mut victims);
+        if staged == 0 {
+            self.victims = victims;
+            return;
+        }
+        let mut dirty = std::mem::take(&mut self.dirty);
+        let (clean, zero) = self.sort_staged(&victims[..staged], &mut dirty);
+        self.drop_clean(&clean);
+        match write_back(self.store.as_ref(), &self.staging, &dirty) {
+            Ok(()) => {
+                for &(_, page) in &dirty {
+                    self.table.evicted(page);
+                }
+                // A page of zeroes needs no store copy: as Empty it is
+                // zero-filled on the next touch, whatever the store holds.
+                for &(_, page) in &zero {
+                    self.table.emptied(page);
+                }
+                Counters::add(&self.counters.eviction_batches, 1);
+                Counters::add(&self.counters.pages_written_back, dirty.len() as u64);
+                Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
+            }
+            Err(e) => {
+                let count = dirty.len();
+                tracing::error!("fault handler: write-back of {count} pages failed: {e}");
+                self.unstage(&dirty);
+                self.unstage(&zero);
+            }
+        }
+        if let Err(e) = self.staging.discard(0, staged * PAGE_SIZE) {
+            tracing::error!("fault handler: clearing staging failed: {e}");
+        }
+        self.victims = victims;
+        dirty.clear();
+        self.dirty = dirty;
+    }
+
+    /// Sort staged pages (slot `i` holds `staged[i]`) three ways: clean
+    /// ones (store copy current), returned first; dirty ones holding data, as
+    /// (slot, page) into `dirty`; dirty ones that are all zeroes, returned
+    /// second as (slot, page).
+    fn sort_staged(
+        &self,
+        staged: &[u32],
+        dirty: &mut Vec<(usize, u32)>,
+    ) -> (Vec<u32>, Vec<(usize, u32)>) {
+        let mut clean = Vec::new();
+        let mut zero = Vec::new();
+        for (slot, &page) in staged.iter().enumerate() {
+            if self.table.get(page) == PageState::Clean {
+                clean.push(page);
+            } else if self.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
+                zero.push((slot, page));
+            } else {
+                dirty.push((slot, page));
+            }
+        }
+        (clean, zero)
+    }
+
+    /// Clean victims were never written since they came from the store,
+    /// whose copy is still theirs: back to `InStore` with no write.
+    fn drop_clean(&mut self, clean: &[u32]) {
+        for &page in clean {
+            self.table.evicted(page);
+        }
+        Counters::add(&self.counters.pages_clean_dropped, clean.len() as u64);
+    }
+
+    /// Move each victim into the next staging slot. Victims that moved are
+    /// gathered at the front of `victims`, in slot order; returns how many.
+    fn stage(&mut self, victims: &mut [u32]) -> usize {
+        let mut staged = 0;
+        for i in 0..victims.len() {
+            let page = victims[i];
+            let src = self.base + page as usize * PAGE_SIZE;
+            let dst = self.staging.addr() + staged * PAGE_SIZE;
+            match retry_eagain(|| self.staging_uffd.move_pages(dst, src, PAGE_SIZE)) {
+                Ok(()) => {
+                    victims[staged] = page;
+                    staged += 1;
+                }
+                // Dropped behind our back (MADV_DONTNEED by the owner).
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.table.emptied(page),
+                Err(e) => {
+                    tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
+                    self.table.requeue(page);
+                }
+            }
+        }
+        staged
+    }
+
+    /// The store refused the batch: map the staged (slot, page) pairs back
+    /// where they were, writable; they are `Dirty` already.
+    fn unstage(&mut self, staged: &[(usize, u32)]) {
+        for &(slot, page) in staged {
+            match self.copy_back(slot, page) {
+                Ok(()) => self.table.requeue(page),
+                Err(e) => {
+                    tracing::error!("fault handler: page {page} lost, cannot restore: {e}");
+                    self.table.emptied(page);
+                    let _ = self.poison(page);
+                }
+            }
+        }
+    }
+
+    /// COPY a staged page back into the region. On the region's descriptor
+    /// that answers EAGAIN while an event is queued behind the fault we are
+    /// serving, and only we can read that event; the staging descriptor has
+    /// no events, and the kernel lets it COPY into any registered range.
+    /// Its COPY wakes only its own waiters, so wake the region's.
+    fn copy_back(&self, slot: usize, page: u32) -> io::Result<()> {
+        let page_addr = self.page_addr(page);
+        let bytes = self.staging.present_pages(slot, 1);
+        match resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes, false)) {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                let staging = &self.staging_uffd;
+                resolve(staging, page_addr, || staging.copy(page_addr, bytes, false))?;
+                self.uffd.wake(page_addr, PAGE_SIZE)
+            }
+            other => other,
+        }
+    }
+}
+
+/// One store `write` for the staged (slot, page) pairs, with runs of
+/// consecutive pages in consecutive slots joined into one op. Nothing to
+/// write is no call at all.
+fn write_back(
+    store: &dyn PageStore,
+    staging: &Mapping,
+    staged: &[(usize, u32)],
+) -> StoreResult<()> {
+    if staged.is_empty() {
+        return Ok(());
+    }
+    let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(staged.len());
+    let mut run_start = 0;
+    for i in 1..=staged.len() {
+        let joins = i < staged.len()
+            && staged[i].0 == staged[i - 1].0 + 1
+            && staged[i].1 == staged[i - 1].1 + 1;
+        if !joins {
+            ops.push(WriteOp {
+                page: u64::from(staged[run_start].1),
+                data: staging.present_pages(staged[run_start].0, i - run_start),
+            });
+            run_start = i;
+        }
+    }
+    store.write(&ops)
+}
