@@ -28,8 +28,8 @@
  *   - Every function may be called from any thread. The memory may be
  *     touched from any thread, until memlend_region_destroy() starts:
  *     after it, the addresses are unmapped.
- *   - The memory belongs to the region: never free, munmap, mremap,
- *     mprotect or madvise (DONTNEED/FREE/REMOVE) any part of it.
+ *   - The memory belongs to the region: never free, munmap, mremap or
+ *     mprotect any part of it; give pages back with memlend_region_discard.
  *   - fork(): the region is not copied into the child (MADV_DONTFORK); a
  *     child that touches it gets SIGSEGV, and its inherited handles are
  *     not live (-EBADF). exec() is fine.
@@ -92,6 +92,14 @@ typedef struct memlend_stats {
     uint64_t faults_write_protect;  /* first writes to pages read back */
     uint64_t pages_poisoned;        /* store reads that failed (SIGBUS) */
     uint64_t pages_resident;        /* pages mapped now (<= budget_pages) */
+    uint64_t remove_events;         /* madvise(DONTNEED/REMOVE/FREE) ranges,
+                                       memlend_region_discard included */
+    uint64_t unmap_events;          /* munmap of region memory */
+    uint64_t remap_events;          /* mremap of region memory (unsupported) */
+    uint64_t pages_discarded;       /* pages in those ranges: store copies
+                                       dropped */
+    uint64_t store_discard_failures; /* store discards that failed (logged) */
+    uint64_t faults_deferred;       /* faults put off behind a queued event */
 } memlend_stats;
 
 /* Opaque. A handle is checked on every call: a destroyed or made-up handle
@@ -117,6 +125,13 @@ size_t memlend_region_len(const memlend_region *r);
 /* Counters into *out. 0, -EINVAL (out NULL, struct_size < 8), -EBADF (bad
  * handle), -EIO (internal error). */
 int memlend_region_stats(const memlend_region *r, memlend_stats *out);
+
+/* Give back len bytes at offset (both multiples of MEMLEND_PAGE_SIZE,
+ * inside the region): afterwards the range reads zero, holds no resident
+ * budget and nothing in the store (madvise MADV_DONTNEED, followed by the
+ * handler). Safe while other threads touch other pages. 0, -EINVAL (not
+ * whole pages or outside), -EBADF (bad handle), or -errno from madvise. */
+int memlend_region_discard(const memlend_region *r, size_t offset, size_t len);
 
 /* Where the pages go ("donor 10.0.0.2:7070", "2 donors, striped",
  * "file /var/tmp/memlend-12-34.pages (unlinked)"), like snprintf: returns

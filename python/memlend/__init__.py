@@ -71,6 +71,12 @@ _STAT_FIELDS = [
     "faults_write_protect",
     "pages_poisoned",
     "pages_resident",
+    "remove_events",
+    "unmap_events",
+    "remap_events",
+    "pages_discarded",
+    "store_discard_failures",
+    "faults_deferred",
 ]
 
 
@@ -121,6 +127,8 @@ _lib.memlend_region_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Stats)]
 _lib.memlend_region_stats.restype = ctypes.c_int
 _lib.memlend_region_placement.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
 _lib.memlend_region_placement.restype = ctypes.c_int
+_lib.memlend_region_discard.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+_lib.memlend_region_discard.restype = ctypes.c_int
 _lib.memlend_region_destroy.argtypes = [ctypes.c_void_p]
 _lib.memlend_region_destroy.restype = ctypes.c_int
 _lib.memlend_version.argtypes = []
@@ -268,6 +276,20 @@ class Region:
         if rc != 0:
             raise Error(f"memlend_region_stats: {_errno_text(rc)}")
         return {name: getattr(st, name) for name in _STAT_FIELDS}
+
+    def discard(self, offset, length):
+        """Give back `length` bytes at `offset` (both multiples of PAGE_SIZE):
+        the range then reads zero and holds no memory, local or far. Views
+        stay valid."""
+        self._check_open()
+        if offset < 0 or length < 0:
+            raise ValueError("offset and length are byte counts, not negative")
+        rc = _lib.memlend_region_discard(self._mapping.handle, int(offset), int(length))
+        if rc != 0:
+            raise Error(
+                f"discard {offset:#x}+{length:#x}: {_errno_text(rc)}"
+                + (" (whole pages inside the region)" if rc == -22 else "")
+            )
 
     def placement(self):
         """Where the pages go: "donor 10.0.0.2:7070", "file /var/tmp/... (unlinked)"."""

@@ -71,8 +71,16 @@ class NumpyOnFarMemory(Base):
         self.assertEqual(int.from_bytes(r.buffer[40:48], "little"), 0xDEADBEEF)
         r.buffer[40:48] = (42).to_bytes(8, "little")
         self.assertEqual(int(a[5]), 42)
+        # Give the second half back: zeroes there, the first half intact.
+        half = len(r) // 2
+        r.discard(half, len(r) - half)
+        self.assertEqual(int(np.count_nonzero(a[n // 2:])), 0)
+        # a[5] was 5 * 3 + 7 = 22 and is 42 now.
+        want_half = expected_sum(n // 2, 3, 7) - 22 + 42
+        self.assertEqual(int(a[: n // 2].sum(dtype=np.uint64)), want_half)
         del a, pages, got
         st = r.stats()
+        self.assertGreater(st["pages_discarded"], 0, st)
         self.assertGreater(st["pages_written_back"], 0, st)
         self.assertGreater(st["faults_from_store"], 0, st)
         self.assertGreater(st["eviction_batches"], 0, st)
@@ -93,6 +101,29 @@ class NumpyOnFarMemory(Base):
         with memlend.Region(32 * MiB, 8 * MiB, donors=[DONOR], insecure=True) as r:
             self.assertEqual(r.placement(), f"donor {DONOR}")
             self.fill_sum_and_shuffle(r, 8 * MiB)
+
+    def test_threads_fault_at_once(self):
+        import threading
+        with memlend.Region(32 * MiB, 4 * MiB, ssd=self.dir) as r:
+            a = np.frombuffer(r.buffer, dtype=np.uint32)
+            parts = np.array_split(np.arange(a.size), 4)
+
+            def fill(k):
+                lo, hi = int(parts[k][0]), int(parts[k][-1]) + 1
+                for _ in range(2):  # numpy drops the GIL for big copies
+                    a[lo:hi] = k + 1
+
+            threads = [threading.Thread(target=fill, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for k, idx in enumerate(parts):
+                self.assertTrue(bool((a[int(idx[0]):int(idx[-1]) + 1] == k + 1).all()))
+            del a
+            st = r.stats()
+            self.assertLessEqual(st["pages_resident"], st["budget_pages"])
+            self.assertGreater(st["pages_written_back"], 0)
 
     def test_close_refuses_while_numpy_views_live(self):
         r = memlend.Region(4 * MiB, 1 * MiB, ssd=self.dir)
@@ -170,6 +201,20 @@ class Buffer(Base):
         self.assertEqual(st["budget_pages"], 256)
         self.assertLessEqual(st["pages_resident"], 256)
         self.assertEqual(st["page_size"], memlend.PAGE_SIZE)
+
+    def test_discard_checks_its_range(self):
+        with memlend.Region(1 * MiB, 256 * 1024, ssd=self.dir) as r:
+            r.buffer[0:4] = b"keep"
+            r.buffer[8192:8196] = b"gone"
+            r.discard(8192, 4096)
+            self.assertEqual(bytes(r.buffer[8192:8196]), b"\0\0\0\0")
+            self.assertEqual(bytes(r.buffer[0:4]), b"keep")
+            with self.assertRaisesRegex(memlend.Error, "whole pages"):
+                r.discard(1, 4096)
+            with self.assertRaises(memlend.Error):
+                r.discard(0, 2 * MiB)
+            with self.assertRaises(ValueError):
+                r.discard(-4096, 4096)
 
     def test_version(self):
         self.assertTrue(memlend.version())

@@ -21,7 +21,7 @@ mod text;
 
 use config::Settings;
 use handles::Handle;
-use memlend_fault::{Region, RegionConfig, RegionStats};
+use memlend_fault::{DetailedStats, FaultError, Region, RegionConfig, RegionStats};
 use memlend_remote::ClientError;
 use memlend_store::PAGE_SIZE;
 use memlend_wire::page::Status;
@@ -61,6 +61,12 @@ pub struct memlend_stats {
     pub faults_write_protect: u64,
     pub pages_poisoned: u64,
     pub pages_resident: u64,
+    pub remove_events: u64,
+    pub unmap_events: u64,
+    pub remap_events: u64,
+    pub pages_discarded: u64,
+    pub store_discard_failures: u64,
+    pub faults_deferred: u64,
 }
 
 /// Run `f`, turning a panic into `on_panic`: nothing unwinds into C.
@@ -128,13 +134,26 @@ fn create(s: Settings) -> Result<usize, String> {
     let opened = s.placement.open(Some(pages as u64)).map_err(|e| {
         format!("cannot place the region's pages: {}{}", chain(&e), hint(&e, &s.placement))
     })?;
+    // Fields added to RegionConfig later keep their defaults.
+    #[allow(clippy::needless_update)]
     let cfg = RegionConfig {
         size_bytes: s.size_bytes,
         budget_pages: s.budget_pages,
         evict_batch_pages: s.evict_batch_pages,
+        ..RegionConfig::default()
     };
-    let region = Region::new(cfg, opened.store)
-        .map_err(|e| format!("cannot create the region ({}): {e}", opened.describe))?;
+    let region = Region::new(cfg, opened.store).map_err(|e| {
+        let why = match &e {
+            FaultError::Os { source, .. }
+                if matches!(source.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
+            {
+                " (userfaultfd needs root or CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1, \
+                 or read-write access to /dev/userfaultfd)"
+            }
+            _ => "",
+        };
+        format!("cannot create the region ({}): {e}{why}", opened.describe)
+    })?;
     dont_fork(&region);
     tracing::debug!(
         "region of {} pages, budget {}, pages on {}",
@@ -267,6 +286,15 @@ pub unsafe extern "C" fn memlend_region_stats(
 }
 
 fn stats(h: &Handle) -> memlend_stats {
+    let DetailedStats {
+        basic,
+        remove_events,
+        unmap_events,
+        remap_events,
+        pages_discarded,
+        store_discard_failures,
+        faults_deferred,
+    } = h.region.detailed_stats();
     let RegionStats {
         faults_zero_filled,
         faults_from_store,
@@ -278,7 +306,7 @@ fn stats(h: &Handle) -> memlend_stats {
         faults_write_protect,
         pages_poisoned,
         pages_resident,
-    } = h.region.stats();
+    } = basic;
     memlend_stats {
         struct_size: 0,
         reserved: 0,
@@ -295,7 +323,35 @@ fn stats(h: &Handle) -> memlend_stats {
         faults_write_protect,
         pages_poisoned,
         pages_resident,
+        remove_events,
+        unmap_events,
+        remap_events,
+        pages_discarded,
+        store_discard_failures,
+        faults_deferred,
     }
+}
+
+/// Give back `len` bytes at `offset` (both whole pages, inside the
+/// region): afterwards the range reads zero, holds no resident budget and
+/// nothing in the store. 0; -EINVAL (not whole pages, or outside the
+/// region), -EBADF (unknown handle), another -errno from madvise, -EIO.
+#[no_mangle]
+pub extern "C" fn memlend_region_discard(
+    r: *const memlend_region,
+    offset: usize,
+    len: usize,
+) -> c_int {
+    guard(errno(libc::EIO), || {
+        let Some(h) = handles::get(r as usize) else { return errno(libc::EBADF) };
+        match h.region.discard(offset, len) {
+            Ok(()) => 0,
+            Err(FaultError::Os { source, .. }) => errno(source.raw_os_error().unwrap_or(libc::EIO)),
+            Err(FaultError::Range(_) | FaultError::Config(_)) => errno(libc::EINVAL),
+            #[allow(unreachable_patterns)]
+            Err(_) => errno(libc::EIO),
+        }
+    })
 }
 
 /// Where the region's pages go, e.g. "donor 10.0.0.2:7070" or
@@ -359,7 +415,7 @@ mod tests {
 
     #[test]
     fn stats_struct_has_no_padding() {
-        assert_eq!(std::mem::size_of::<memlend_stats>(), 8 + 13 * 8);
+        assert_eq!(std::mem::size_of::<memlend_stats>(), 8 + 19 * 8);
     }
 
     #[test]

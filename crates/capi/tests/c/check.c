@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 _Static_assert(sizeof(memlend_config) == 56, "memlend_config v1 is 56 bytes");
-_Static_assert(sizeof(memlend_stats) == 112, "memlend_stats v1 is 112 bytes");
+_Static_assert(sizeof(memlend_stats) == 160, "memlend_stats v1 is 160 bytes");
 
 static int failures;
 
@@ -86,7 +86,8 @@ static uint64_t both_halves(void *(*fn)(void *), uint64_t *mem, uint64_t pages) 
 static void print_stats(const memlend_stats *s) {
     printf("stats: pages %llu budget %llu zero_filled %llu from_store %llu "
            "already_mapped %llu batches %llu written_back %llu zero_dropped %llu "
-           "clean_dropped %llu wp %llu poisoned %llu resident %llu\n",
+           "clean_dropped %llu wp %llu poisoned %llu resident %llu removes %llu "
+           "discarded %llu\n",
            (unsigned long long)s->region_pages, (unsigned long long)s->budget_pages,
            (unsigned long long)s->faults_zero_filled,
            (unsigned long long)s->faults_from_store,
@@ -97,7 +98,9 @@ static void print_stats(const memlend_stats *s) {
            (unsigned long long)s->pages_clean_dropped,
            (unsigned long long)s->faults_write_protect,
            (unsigned long long)s->pages_poisoned,
-           (unsigned long long)s->pages_resident);
+           (unsigned long long)s->pages_resident,
+           (unsigned long long)s->remove_events,
+           (unsigned long long)s->pages_discarded);
 }
 
 static double now(void) {
@@ -162,6 +165,27 @@ static int region(int argc, char **argv) {
     CHECK(st.pages_resident <= st.budget_pages, "resident %llu over budget %llu",
           (unsigned long long)st.pages_resident, (unsigned long long)st.budget_pages);
     CHECK(st.pages_poisoned == 0, "no page poisoned");
+
+    /* Give the second half back: it reads zero, the first half is intact. */
+    size_t half = (size_t)(pages / 2) * MEMLEND_PAGE_SIZE;
+    CHECK(memlend_region_discard(r, half, len - half) == 0, "discard");
+    CHECK(memlend_region_discard(r, 1, MEMLEND_PAGE_SIZE) == -EINVAL, "misaligned");
+    CHECK(memlend_region_discard(r, 0, len + MEMLEND_PAGE_SIZE) == -EINVAL, "outside");
+    CHECK(memlend_region_discard(r, len, 0) == 0, "empty range at the end");
+    uint64_t nonzero = 0;
+    for (size_t i = half / 8; i < len / 8; i++) nonzero += mem[i] != 0;
+    CHECK(nonzero == 0, "%llu words of the discarded half are not zero",
+          (unsigned long long)nonzero);
+    struct span first = {mem, 0, pages / 2, 0};
+    verify(&first);
+    CHECK(first.bad == 0, "%llu words of the kept half differ", (unsigned long long)first.bad);
+    memlend_stats after = {.struct_size = sizeof after};
+    CHECK(memlend_region_stats(r, &after) == 0, "stats");
+    print_stats(&after);
+    CHECK(after.remove_events > 0, "the discard was seen");
+    CHECK(after.pages_discarded >= pages / 2 - st.budget_pages, "discarded %llu",
+          (unsigned long long)after.pages_discarded);
+    CHECK(after.pages_resident <= after.budget_pages, "resident");
     CHECK(memlend_region_destroy(r) == 0, "destroy");
     return failures ? 1 : 0;
 }
@@ -254,6 +278,7 @@ static int misuse(int argc, char **argv) {
 
     CHECK(memlend_region_placement(r, NULL, 0) > 0, "placement length");
     CHECK(memlend_region_placement(fake, NULL, 0) == -EBADF, "placement(fake)");
+    CHECK(memlend_region_discard(fake, 0, MEMLEND_PAGE_SIZE) == -EBADF, "discard(fake)");
 
     CHECK(memlend_region_destroy(NULL) == 0, "destroy(NULL)");
     CHECK(memlend_region_destroy(fake) == -EBADF, "destroy(fake)");
