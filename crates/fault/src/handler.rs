@@ -192,7 +192,7 @@ impl Handler {
         let page_addr = self.page_addr(page);
         let state = self.table.get(page);
         if state == PageState::Clean {
-            self.table.dirtied(page);
+            self.table.written(page);
             Counters::add(&self.counters.write_protect, 1);
         }
         let result = if state.is_resident() {
@@ -274,7 +274,9 @@ impl Handler {
     /// Count `page` as mapped before the ioctl that maps it: that ioctl wakes
     /// the faulting thread, which may read the stats at once.
     fn record_mapped(&mut self, page: u32, fill: Fill, now: PageState) {
-        self.table.map(page, now);
+        if self.table.map(page, now) {
+            Counters::add(&self.counters.ghost_hits, 1);
+        }
         Counters::add(fill.counter(&self.counters), 1);
         self.publish_resident();
     }

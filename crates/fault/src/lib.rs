@@ -20,12 +20,14 @@ mod events;
 mod evict;
 mod handler;
 mod mem;
+#[cfg(test)]
+mod policy_tests;
 mod region;
 mod state;
 mod stats;
 mod uffd;
 
 pub use error::{FaultError, Result};
-pub use region::{Region, RegionConfig};
-pub use state::METADATA_BYTES_PER_PAGE;
+pub use region::{Region, RegionConfig, Tuning};
+pub use state::{Policy, METADATA_BYTES_PER_PAGE};
 pub use stats::{DetailedStats, RegionStats};

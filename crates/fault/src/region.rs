@@ -4,7 +4,7 @@ use crate::discards::Discards;
 use crate::error::{FaultError, Result};
 use crate::handler::Handler;
 use crate::mem::Mapping;
-use crate::state::PageTable;
+use crate::state::{PageTable, Policy};
 use crate::stats::{Counters, DetailedStats, RegionStats};
 use crate::uffd::Uffd;
 use memlend_store::{PageStore, PAGE_SIZE};
@@ -27,6 +27,15 @@ impl Default for RegionConfig {
     fn default() -> Self {
         RegionConfig { size_bytes: 0, budget_pages: 0, evict_batch_pages: 32 }
     }
+}
+
+/// How a region chooses victims and (later) prefetches; separate from
+/// [`RegionConfig`] so that code naming every `RegionConfig` field keeps
+/// compiling. `Region::new` uses `Tuning::default()`.
+#[derive(Clone, Debug, Default)]
+pub struct Tuning {
+    /// Victim selection; S3-FIFO unless asked otherwise.
+    pub policy: Policy,
 }
 
 /// Anonymous memory backed by a page store beyond `budget_pages` resident.
@@ -53,6 +62,14 @@ const _: () = {
 
 impl Region {
     pub fn new(config: RegionConfig, store: Arc<dyn PageStore>) -> Result<Region> {
+        Region::with_tuning(config, Tuning::default(), store)
+    }
+
+    pub fn with_tuning(
+        config: RegionConfig,
+        tuning: Tuning,
+        store: Arc<dyn PageStore>,
+    ) -> Result<Region> {
         let pages = check_config(&config, store.info().pages)?;
         let map = Mapping::new(pages as usize).map_err(FaultError::os("mmap region"))?;
         let staging =
@@ -71,7 +88,7 @@ impl Region {
             staging_uffd,
             base: map.addr(),
             pages,
-            table: PageTable::new(pages, config.budget_pages),
+            table: PageTable::new(pages, config.budget_pages, tuning.policy),
             store,
             counters: counters.clone(),
             discards: discards.clone(),

@@ -46,33 +46,73 @@ impl PageState {
 }
 
 const STATE_MASK: u8 = 0b11;
-/// The page has an entry in the eviction queue. Every resident page has
+/// The page has an entry in an eviction queue. Every resident page has
 /// one; a page discarded while resident keeps its (now stale) entry, which
 /// eviction skips, or which the page reuses if it is mapped again first. So
 /// no page ever has two entries.
 const QUEUED: u8 = 1 << 2;
+/// Its entry is in the main queue, not the small one.
+const MAIN: u8 = 1 << 3;
+/// Used since it was queued (a WP fault on it while `Clean`): promoted out
+/// of small, or given a second round in main, instead of being evicted.
+const HOT: u8 = 1 << 4;
+/// Evicted recently (it is in the ghost ring): if it faults back it was
+/// evicted too early, and it goes straight to main.
+const GHOST: u8 = 1 << 5;
 
 const _: () = assert!(METADATA_BYTES_PER_PAGE <= 16);
 
-/// Bytes of bookkeeping per page at most: the state byte, plus a 4-byte slot
-/// in the eviction queue while the page is resident (or its entry is stale).
-pub const METADATA_BYTES_PER_PAGE: usize = size_of::<u8>() + size_of::<u32>();
+/// Bytes of bookkeeping per page at most, when the budget is the whole
+/// region: the state byte, a 4-byte queue entry while the page is resident,
+/// and a 4-byte ghost entry (the ring holds at most `budget_pages`). With a
+/// budget of a quarter of the region it is 1 + 2 = 3 bytes per page.
+pub const METADATA_BYTES_PER_PAGE: usize = 1 + 2 * size_of::<u32>();
 
-/// Page states plus the resident pages in fault-in order (FIFO eviction).
+/// How victims are chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// Oldest fault-in first.
+    Fifo,
+    /// S3-FIFO (Yang et al., SOSP 2023), with the only signals userfaultfd
+    /// gives: new pages enter a small FIFO (a tenth of the budget); a page
+    /// used there (a WP fault on it) moves to the main FIFO when it reaches
+    /// the head, an unused one is evicted and remembered in a ghost ring of
+    /// `budget_pages` ids. A fault on a ghost page puts it straight into
+    /// main. Main evicts in FIFO order, but a page used since it was queued
+    /// gets one more round.
+    #[default]
+    S3Fifo,
+}
+
+/// Page states plus the resident pages in eviction order.
 pub struct PageTable {
     bits: Vec<u8>,
-    fifo: VecDeque<u32>,
-    resident: usize,
-    /// Stale entries allowed in the queue before it is compacted.
+    policy: Policy,
+    small: VecDeque<u32>,
+    main: VecDeque<u32>,
+    ghosts: VecDeque<u32>,
+    /// Live (resident) entries in `small` and `main`; the rest are stale.
+    small_live: usize,
+    main_live: usize,
+    /// Evict from small while it holds at least this many live pages.
+    small_target: usize,
+    ghost_limit: usize,
+    /// Stale entries allowed in the queues before they are compacted.
     stale_limit: usize,
 }
 
 impl PageTable {
-    pub fn new(pages: u32, budget_pages: usize) -> PageTable {
+    pub fn new(pages: u32, budget_pages: usize, policy: Policy) -> PageTable {
         PageTable {
             bits: vec![PageState::Empty as u8; pages as usize],
-            fifo: VecDeque::new(),
-            resident: 0,
+            policy,
+            small: VecDeque::new(),
+            main: VecDeque::new(),
+            ghosts: VecDeque::new(),
+            small_live: 0,
+            main_live: 0,
+            small_target: (budget_pages / 10).max(1),
+            ghost_limit: budget_pages,
             stale_limit: (budget_pages / 4).max(64),
         }
     }
@@ -80,7 +120,8 @@ impl PageTable {
     /// Heap bytes held, for the metadata budget.
     #[cfg(test)]
     pub fn metadata_bytes(&self) -> usize {
-        self.bits.capacity() + self.fifo.capacity() * size_of::<u32>()
+        let entries = self.small.capacity() + self.main.capacity() + self.ghosts.capacity();
+        self.bits.capacity() + entries * size_of::<u32>()
     }
 
     pub fn get(&self, page: u32) -> PageState {
@@ -89,7 +130,7 @@ impl PageTable {
 
     /// Pages mapped now, not counting victims being evicted.
     pub fn resident(&self) -> usize {
-        self.resident
+        self.small_live + self.main_live
     }
 
     fn set(&mut self, page: u32, now: PageState) {
@@ -106,60 +147,128 @@ impl PageTable {
         *byte = if on { *byte | flag } else { *byte & !flag };
     }
 
-    /// `page` was mapped, write-protected if `Clean`: it joins the queue's
-    /// tail, or takes back the stale entry it still has.
-    pub fn map(&mut self, page: u32, now: PageState) {
-        debug_assert!(!self.get(page).is_resident());
-        debug_assert!(now.is_resident());
-        self.set(page, now);
-        self.resident += 1;
-        if !self.flag(page, QUEUED) {
-            self.push(page);
+    fn live(&mut self, page: u32) -> &mut usize {
+        if self.flag(page, MAIN) {
+            &mut self.main_live
+        } else {
+            &mut self.small_live
         }
     }
 
-    fn push(&mut self, page: u32) {
-        self.set_flag(page, QUEUED, true);
-        self.fifo.push_back(page);
+    /// `page` was mapped, write-protected if `Clean`. A ghost goes to main,
+    /// anything else to small (under FIFO, everything to main). A page
+    /// with a stale entry takes it back wherever it is; a ghost whose stale
+    /// entry is in small is marked used, so it moves on to main. Returns
+    /// whether it was a ghost.
+    pub fn map(&mut self, page: u32, now: PageState) -> bool {
+        debug_assert!(!self.get(page).is_resident());
+        debug_assert!(now.is_resident());
+        self.set(page, now);
+        let ghost = self.flag(page, GHOST);
+        self.set_flag(page, GHOST, false);
+        if self.flag(page, QUEUED) {
+            if ghost && !self.flag(page, MAIN) {
+                self.set_flag(page, HOT, true);
+            }
+        } else {
+            self.set_flag(page, HOT, false);
+            let to_main = ghost || self.policy == Policy::Fifo;
+            self.push(page, to_main);
+        }
+        *self.live(page) += 1;
+        ghost
     }
 
-    /// A victim that stayed mapped rejoins the queue's tail, as it was.
+    fn push(&mut self, page: u32, to_main: bool) {
+        self.set_flag(page, QUEUED, true);
+        self.set_flag(page, MAIN, to_main);
+        if to_main {
+            self.main.push_back(page);
+        } else {
+            self.small.push_back(page);
+        }
+    }
+
+    /// A victim that stayed mapped rejoins the tail of main, as it was.
     pub fn requeue(&mut self, page: u32) {
         debug_assert!(self.get(page).is_resident());
-        self.resident += 1;
-        self.push(page);
+        self.push(page, true);
+        self.main_live += 1;
     }
 
-    /// A resident page was (or may have been) written to: its store copy is
-    /// stale from now on.
+    /// A resident page may have been written to: its store copy is stale
+    /// from now on.
     pub fn dirtied(&mut self, page: u32) {
         debug_assert!(self.get(page).is_resident());
         self.set(page, PageState::Dirty);
+    }
+
+    /// A write faulted on a resident `Clean` page: dirty, and a use.
+    pub fn written(&mut self, page: u32) {
+        self.dirtied(page);
+        if self.policy == Policy::S3Fifo {
+            self.set_flag(page, HOT, true);
+        }
     }
 
     /// Undo the latest [`PageTable::map`], of `page`, which was `was` before.
     /// Its queue entry stays, stale, for the page to reuse.
     pub fn unmap_newest(&mut self, page: u32, was: PageState) {
         debug_assert!(self.get(page).is_resident());
+        *self.live(page) -= 1;
         self.set(page, was);
-        self.resident -= 1;
     }
 
-    /// Take up to `count` of the oldest resident pages as eviction victims.
-    /// They leave the queue and the resident count but keep their
-    /// `Clean`/`Dirty` state until the caller settles each one with
-    /// [`PageTable::evicted`], [`PageTable::emptied`] or
-    /// [`PageTable::requeue`]. Stale entries met on the way are dropped.
+    /// Take up to `count` victims. They leave the queues and the resident
+    /// count (and join the ghosts) but keep their `Clean`/`Dirty` state
+    /// until the caller settles each one with [`PageTable::evicted`],
+    /// [`PageTable::emptied`] or [`PageTable::requeue`].
     pub fn take_victims(&mut self, count: usize, out: &mut Vec<u32>) {
         out.clear();
-        while out.len() < count {
-            let Some(page) = self.fifo.pop_front() else { break };
-            self.set_flag(page, QUEUED, false);
-            if self.get(page).is_resident() {
-                self.resident -= 1;
+        // Each pop either yields a victim, drops a stale entry, or moves a
+        // used page on (clearing its mark), so this many pops always suffice.
+        let mut pops = 2 * (self.small.len() + self.main.len()) + count;
+        while out.len() < count && pops > 0 && self.resident() > 0 {
+            pops -= 1;
+            if let Some(page) = self.pop_one() {
+                self.remember(page);
                 out.push(page);
             }
         }
+    }
+
+    /// One step of eviction: a victim, or None if the popped entry was
+    /// stale or got another chance.
+    fn pop_one(&mut self) -> Option<u32> {
+        let from_small = self.small_live >= self.small_target || self.main_live == 0;
+        let page = if from_small { self.small.pop_front() } else { self.main.pop_front() }?;
+        self.set_flag(page, QUEUED, false);
+        if !self.get(page).is_resident() {
+            return None;
+        }
+        *self.live(page) -= 1;
+        if self.flag(page, HOT) {
+            self.set_flag(page, HOT, false);
+            self.push(page, true);
+            self.main_live += 1;
+            return None;
+        }
+        Some(page)
+    }
+
+    fn remember(&mut self, page: u32) {
+        if self.policy == Policy::Fifo {
+            return;
+        }
+        if self.ghosts.len() >= self.ghost_limit {
+            // The oldest ghost may be a page evicted twice since; then it
+            // forgets its newer visit a little early, which is harmless.
+            if let Some(old) = self.ghosts.pop_front() {
+                self.set_flag(old, GHOST, false);
+            }
+        }
+        self.set_flag(page, GHOST, true);
+        self.ghosts.push_back(page);
     }
 
     /// A victim's bytes are now in the store.
@@ -174,33 +283,43 @@ impl PageTable {
     }
 
     /// The owner dropped `page` (free, discard, munmap): it is `Empty`, out
-    /// of the resident count, and any store copy is garbage. Its queue entry,
-    /// if any, goes stale; the queue is compacted once too many are.
+    /// of the resident count and the ghosts, and any store copy is garbage.
+    /// Its queue entry, if any, goes stale; the queues are compacted once
+    /// too many are.
     pub fn forget(&mut self, page: u32) {
         if self.get(page).is_resident() {
-            self.resident -= 1;
+            *self.live(page) -= 1;
         }
         self.set(page, PageState::Empty);
+        self.set_flag(page, GHOST, false);
     }
 
     /// Drop stale entries once they are more than `stale_limit`: this keeps
-    /// the queue within `resident + stale_limit` entries however often the
-    /// owner discards pages that are never evicted. Linear in the queue, so
-    /// run it after a whole discarded range, not per page.
+    /// the queues within `resident + stale_limit` entries however often the
+    /// owner discards pages that are never evicted. Linear in the queues,
+    /// so run it after a whole discarded range, not per page.
     pub fn compact_if_stale(&mut self) {
-        if self.fifo.len() <= self.resident + self.stale_limit {
+        if self.small.len() + self.main.len() <= self.resident() + self.stale_limit {
             return;
         }
-        let mut fifo = std::mem::take(&mut self.fifo);
-        fifo.retain(|&page| {
+        let small = std::mem::take(&mut self.small);
+        self.small = self.compacted(small);
+        let main = std::mem::take(&mut self.main);
+        self.main = self.compacted(main);
+    }
+}
+
+impl PageTable {
+    fn compacted(&mut self, mut queue: VecDeque<u32>) -> VecDeque<u32> {
+        queue.retain(|&page| {
             let live = self.get(page).is_resident();
             if !live {
                 self.set_flag(page, QUEUED, false);
             }
             live
         });
-        fifo.shrink_to(self.resident + self.stale_limit);
-        self.fifo = fifo;
+        queue.shrink_to(queue.len() + self.stale_limit);
+        queue
     }
 }
 
@@ -211,7 +330,7 @@ mod tests {
     #[test]
     fn metadata_fits_in_16_bytes_per_page() {
         let pages = 4096;
-        let mut table = PageTable::new(pages, pages as usize);
+        let mut table = PageTable::new(pages, pages as usize, Policy::S3Fifo);
         for page in 0..pages {
             table.map(page, PageState::Dirty);
         }
@@ -222,7 +341,7 @@ mod tests {
 
     #[test]
     fn victims_leave_in_fault_in_order() {
-        let mut table = PageTable::new(8, 8);
+        let mut table = PageTable::new(8, 8, Policy::Fifo);
         for page in [5, 1, 7] {
             table.map(page, PageState::Dirty);
         }
@@ -240,7 +359,7 @@ mod tests {
 
     #[test]
     fn the_dirty_bit_survives_victim_selection() {
-        let mut table = PageTable::new(4, 4);
+        let mut table = PageTable::new(4, 4, Policy::Fifo);
         table.map(0, PageState::Clean);
         table.map(1, PageState::Clean);
         table.dirtied(1);
@@ -255,7 +374,7 @@ mod tests {
 
     #[test]
     fn forgotten_pages_leave_the_count_and_are_never_victims() {
-        let mut table = PageTable::new(8, 8);
+        let mut table = PageTable::new(8, 8, Policy::Fifo);
         for page in 0..4 {
             table.map(page, PageState::Dirty);
         }
@@ -274,7 +393,7 @@ mod tests {
 
     #[test]
     fn stale_entries_are_bounded() {
-        let mut table = PageTable::new(1024, 16);
+        let mut table = PageTable::new(1024, 16, Policy::S3Fifo);
         for round in 0..100 {
             for page in 0..512 {
                 table.map(page, PageState::Dirty);
@@ -283,10 +402,12 @@ mod tests {
                 table.forget(page);
             }
             table.compact_if_stale();
-            assert!(table.fifo.len() <= 64, "round {round}: {}", table.fifo.len());
+            let entries = table.small.len() + table.main.len();
+            assert!(entries <= 64, "round {round}: {entries}");
         }
         // The queue grows only with pages actually mapped: 512 each round,
         // never the 51 200 mapped over all rounds.
-        assert!(table.fifo.capacity() <= 1024, "{}", table.fifo.capacity());
+        let capacity = table.small.capacity() + table.main.capacity();
+        assert!(capacity <= 1024, "{capacity}");
     }
 }

@@ -21,6 +21,7 @@ pub(crate) struct Counters {
     pub pages_discarded: AtomicU64,
     pub store_discard_failures: AtomicU64,
     pub faults_deferred: AtomicU64,
+    pub ghost_hits: AtomicU64,
 }
 
 /// A snapshot of [`crate::Region::stats`].
@@ -74,6 +75,9 @@ pub struct DetailedStats {
     /// Faults put off because the kernel refused to map while an event was
     /// queued (EAGAIN), then served after reading it.
     pub faults_deferred: u64,
+    /// Faults on pages evicted recently (in the ghost ring): evicted too
+    /// early, so S3-FIFO puts them straight into its main queue.
+    pub ghost_hits: u64,
 }
 
 impl Counters {
@@ -105,6 +109,7 @@ impl Counters {
             pages_discarded: self.pages_discarded.load(Relaxed),
             store_discard_failures: self.store_discard_failures.load(Relaxed),
             faults_deferred: self.faults_deferred.load(Relaxed),
+            ghost_hits: self.ghost_hits.load(Relaxed),
         }
     }
 }
