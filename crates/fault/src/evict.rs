@@ -18,10 +18,11 @@ impl Handler {
 
     /// Move the oldest pages out of the region, write them to the store in
     /// one call, and settle each one's state.
-    fn evict_batch(&mut self) {
+    pub(crate) fn evict_batch(&mut self) {
         let batch_pages = self.staging.len_bytes() / PAGE_SIZE;
         let mut victims = std::mem::take(&mut self.victims);
-        self.table.take_victims(batch_pages, &mut victims);
+        let unused = self.table.take_victims(batch_pages, &mut victims);
+        Counters::add(&self.counters.prefetch_wasted, unused as u64);
         let staged = self.stage(&mut victims);
         if staged == 0 {
             self.victims = victims;

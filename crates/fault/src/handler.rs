@@ -6,6 +6,7 @@ use crate::discards::Discards;
 use crate::mem::Mapping;
 use crate::state::{PageState, PageTable};
 use crate::stats::Counters;
+use crate::trend::Trend;
 use crate::uffd::{self, Fault, Msg, Ready, Uffd};
 use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::io;
@@ -84,6 +85,10 @@ pub(crate) struct Handler {
     /// Faults to try again once pending events are read; at most
     /// `MAX_DEFERRED`.
     pub deferred: Vec<Fault>,
+    pub trend: Trend,
+    /// Scratch for prefetch: the pages of one window, and their bytes.
+    pub prefetch_pages: Vec<u32>,
+    pub prefetch_buf: Vec<u8>,
 }
 
 impl Handler {
@@ -167,11 +172,19 @@ impl Handler {
         if fault.wp {
             return self.write_to_clean(page);
         }
+        let missing = !self.table.get(page).is_resident();
         let result = match self.table.get(page) {
             PageState::Clean | PageState::Dirty => self.already_mapped(page),
             PageState::Empty => self.zero_fill(page, fault.write),
             PageState::InStore => self.fill_from_store(page, fault.write),
         };
+        if missing && result.is_ok() {
+            self.after_fault(page);
+        }
+        self.finish(page, result)
+    }
+
+    fn finish(&mut self, page: u32, result: io::Result<()>) -> Step {
         self.publish_resident();
         match result {
             Ok(()) => Step::Done,
@@ -192,7 +205,9 @@ impl Handler {
         let page_addr = self.page_addr(page);
         let state = self.table.get(page);
         if state == PageState::Clean {
-            self.table.written(page);
+            if self.table.written(page) {
+                Counters::add(&self.counters.prefetch_hits, 1);
+            }
             Counters::add(&self.counters.write_protect, 1);
         }
         let result = if state.is_resident() {

@@ -22,9 +22,11 @@ mod handler;
 mod mem;
 #[cfg(test)]
 mod policy_tests;
+mod prefetch;
 mod region;
 mod state;
 mod stats;
+mod trend;
 mod uffd;
 
 pub use error::{FaultError, Result};

@@ -6,6 +6,7 @@ use crate::handler::Handler;
 use crate::mem::Mapping;
 use crate::state::{PageTable, Policy};
 use crate::stats::{Counters, DetailedStats, RegionStats};
+use crate::trend::Trend;
 use crate::uffd::Uffd;
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::io::PipeWriter;
@@ -32,10 +33,22 @@ impl Default for RegionConfig {
 /// How a region chooses victims and (later) prefetches; separate from
 /// [`RegionConfig`] so that code naming every `RegionConfig` field keeps
 /// compiling. `Region::new` uses `Tuning::default()`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Tuning {
     /// Victim selection; S3-FIFO unless asked otherwise.
     pub policy: Policy,
+    /// Largest prefetch window, in pages (0: no prefetch). The window used
+    /// is also at most a quarter of the budget.
+    pub prefetch_max_pages: usize,
+}
+
+/// ACMS found a 512-page window right for a sequential scan.
+const PREFETCH_MAX_PAGES: usize = 512;
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning { policy: Policy::default(), prefetch_max_pages: PREFETCH_MAX_PAGES }
+    }
 }
 
 /// Anonymous memory backed by a page store beyond `budget_pages` resident.
@@ -99,6 +112,9 @@ impl Region {
             victims: Vec::with_capacity(config.evict_batch_pages),
             dirty: Vec::with_capacity(config.evict_batch_pages),
             deferred: Vec::new(),
+            trend: Trend::new(tuning.prefetch_max_pages.min(config.budget_pages / 4)),
+            prefetch_pages: Vec::new(),
+            prefetch_buf: Vec::new(),
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()

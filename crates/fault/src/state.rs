@@ -59,6 +59,10 @@ const HOT: u8 = 1 << 4;
 /// Evicted recently (it is in the ghost ring): if it faults back it was
 /// evicted too early, and it goes straight to main.
 const GHOST: u8 = 1 << 5;
+/// Mapped by prefetch and not yet known to be used: cleared when a write
+/// faults on it or the faulting stream moves past it (a use), or when it is
+/// evicted (wasted).
+const PREFETCHED: u8 = 1 << 6;
 
 const _: () = assert!(METADATA_BYTES_PER_PAGE <= 16);
 
@@ -204,11 +208,27 @@ impl PageTable {
     }
 
     /// A write faulted on a resident `Clean` page: dirty, and a use.
-    pub fn written(&mut self, page: u32) {
+    /// Returns whether it was an unused prefetched page.
+    pub fn written(&mut self, page: u32) -> bool {
         self.dirtied(page);
         if self.policy == Policy::S3Fifo {
             self.set_flag(page, HOT, true);
         }
+        self.take_prefetched(page)
+    }
+
+    /// `page` was just mapped `Clean` by prefetch, not by a fault.
+    pub fn map_prefetched(&mut self, page: u32) {
+        self.map(page, PageState::Clean);
+        self.set_flag(page, PREFETCHED, true);
+    }
+
+    /// Whether `page` is a prefetched page not yet counted as used; it
+    /// counts as used from now on.
+    pub fn take_prefetched(&mut self, page: u32) -> bool {
+        let was = self.flag(page, PREFETCHED);
+        self.set_flag(page, PREFETCHED, false);
+        was
     }
 
     /// Undo the latest [`PageTable::map`], of `page`, which was `was` before.
@@ -222,9 +242,11 @@ impl PageTable {
     /// Take up to `count` victims. They leave the queues and the resident
     /// count (and join the ghosts) but keep their `Clean`/`Dirty` state
     /// until the caller settles each one with [`PageTable::evicted`],
-    /// [`PageTable::emptied`] or [`PageTable::requeue`].
-    pub fn take_victims(&mut self, count: usize, out: &mut Vec<u32>) {
+    /// [`PageTable::emptied`] or [`PageTable::requeue`]. Returns how many
+    /// were prefetched pages never used.
+    pub fn take_victims(&mut self, count: usize, out: &mut Vec<u32>) -> usize {
         out.clear();
+        let mut unused_prefetches = 0;
         // Each pop either yields a victim, drops a stale entry, or moves a
         // used page on (clearing its mark), so this many pops always suffice.
         let mut pops = 2 * (self.small.len() + self.main.len()) + count;
@@ -232,9 +254,11 @@ impl PageTable {
             pops -= 1;
             if let Some(page) = self.pop_one() {
                 self.remember(page);
+                unused_prefetches += usize::from(self.take_prefetched(page));
                 out.push(page);
             }
         }
+        unused_prefetches
     }
 
     /// One step of eviction: a victim, or None if the popped entry was
@@ -292,6 +316,7 @@ impl PageTable {
         }
         self.set(page, PageState::Empty);
         self.set_flag(page, GHOST, false);
+        self.set_flag(page, PREFETCHED, false);
     }
 
     /// Drop stale entries once they are more than `stale_limit`: this keeps

@@ -22,6 +22,9 @@ pub(crate) struct Counters {
     pub store_discard_failures: AtomicU64,
     pub faults_deferred: AtomicU64,
     pub ghost_hits: AtomicU64,
+    pub pages_prefetched: AtomicU64,
+    pub prefetch_hits: AtomicU64,
+    pub prefetch_wasted: AtomicU64,
 }
 
 /// A snapshot of [`crate::Region::stats`].
@@ -78,6 +81,14 @@ pub struct DetailedStats {
     /// Faults on pages evicted recently (in the ghost ring): evicted too
     /// early, so S3-FIFO puts them straight into its main queue.
     pub ghost_hits: u64,
+    /// Pages read ahead of a fault along a detected trend and mapped clean.
+    pub pages_prefetched: u64,
+    /// Prefetched pages later used: a write faulted on one, or the faulting
+    /// stream moved past it while it was mapped (reads of a mapped page
+    /// raise nothing, so this is inferred from the next fault).
+    pub prefetch_hits: u64,
+    /// Prefetched pages evicted before either happened.
+    pub prefetch_wasted: u64,
 }
 
 impl Counters {
@@ -110,6 +121,9 @@ impl Counters {
             store_discard_failures: self.store_discard_failures.load(Relaxed),
             faults_deferred: self.faults_deferred.load(Relaxed),
             ghost_hits: self.ghost_hits.load(Relaxed),
+            pages_prefetched: self.pages_prefetched.load(Relaxed),
+            prefetch_hits: self.prefetch_hits.load(Relaxed),
+            prefetch_wasted: self.prefetch_wasted.load(Relaxed),
         }
     }
 }

@@ -211,6 +211,22 @@ impl Uffd {
         self.ioctl(UFFDIO_COPY, &mut args)
     }
 
+    /// [`Uffd::copy`] of several pages, saying how many bytes were mapped
+    /// even when it fails part-way (the kernel stops at the first page it
+    /// cannot map).
+    pub fn copy_run(&self, dst: usize, src: &[u8], write_protect: bool) -> (usize, io::Result<()>) {
+        let mut args = CopyArgs {
+            dst: dst as u64,
+            src: src.as_ptr() as u64,
+            len: src.len() as u64,
+            mode: if write_protect { COPY_MODE_WP } else { 0 },
+            result: 0,
+        };
+        let result = self.ioctl(UFFDIO_COPY, &mut args);
+        let copied = if result.is_ok() { src.len() } else { args.result.max(0) as usize };
+        (copied, result)
+    }
+
     /// Lift write protection from `start..start + len_bytes` and wake the
     /// threads waiting on it.
     pub fn unprotect(&self, start: usize, len_bytes: usize) -> io::Result<()> {

@@ -40,7 +40,8 @@ fn store_faults(policy: Policy, trace: &[(usize, bool)]) -> (u64, f64) {
         budget_pages: BUDGET_PAGES,
         evict_batch_pages: 32,
     };
-    let region = Region::with_tuning(config, Tuning { policy }, store).unwrap();
+    let region =
+        Region::with_tuning(config, Tuning { policy, ..Tuning::default() }, store).unwrap();
     let base = region.as_ptr() as usize;
     let word = |page: usize| (base + page * PAGE_SIZE) as *mut u64;
     for page in 0..PAGES {

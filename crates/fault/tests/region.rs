@@ -1,7 +1,7 @@
 //! Regions over real userfaultfd and real bytes: patterns survive eviction,
 //! untouched pages cost no store I/O, threads race on pages, drop stops.
 
-use memlend_fault::{Region, RegionConfig};
+use memlend_fault::{Region, RegionConfig, Tuning};
 use memlend_store::layer::Stats;
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, PAGE_SIZE};
@@ -16,9 +16,12 @@ fn ram_store(pages: usize) -> Arc<Stats<RamStore>> {
     Arc::new(Stats::new(ram))
 }
 
+/// A region without prefetch: these tests count the faults of each access
+/// (tests/prefetch.rs has prefetch on).
 fn region(size_bytes: usize, budget_pages: usize, store: Arc<dyn PageStore>) -> Region {
     let config = RegionConfig { size_bytes, budget_pages, evict_batch_pages: 32.min(budget_pages) };
-    Region::new(config, store).unwrap()
+    let tuning = Tuning { prefetch_max_pages: 0, ..Tuning::default() };
+    Region::with_tuning(config, tuning, store).unwrap()
 }
 
 /// The region as words. Threads that share a region touch disjoint words

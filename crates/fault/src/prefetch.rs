@@ -1,0 +1,122 @@
+//! Prefetch: after a missing fault is answered (its thread already woken),
+//! if the recent faults show a trend, read the next window of pages along
+//! it in one store call and map them `Clean` (write-protected), so the
+//! stream finds them mapped.
+
+use crate::handler::Handler;
+use crate::state::PageState;
+use crate::stats::Counters;
+use crate::trend::Window;
+use memlend_store::{ReadOp, PAGE_SIZE};
+
+impl Handler {
+    /// Called after a missing fault on `page` was resolved.
+    pub(crate) fn after_fault(&mut self, page: u32) {
+        let Some(advice) = self.trend.fault(page) else {
+            return;
+        };
+        if let Some((window, step)) = advice.passed {
+            self.count_passed(window, step);
+        }
+        self.prefetch(page, advice.stride, advice.pages);
+    }
+
+    /// The faulting stream reached step `upto` of `window`: the prefetched
+    /// pages before it that are still mapped were read without a fault (or
+    /// skipped, which a sequential stream does not do): count them as used.
+    fn count_passed(&mut self, window: Window, upto: usize) {
+        let mut hits = 0;
+        for step in 0..upto.min(window.count) {
+            if let Some(page) = self.page_at(window.page(step)) {
+                hits += u64::from(self.table.take_prefetched(page));
+            }
+        }
+        Counters::add(&self.counters.prefetch_hits, hits);
+    }
+
+    fn page_at(&self, page: i64) -> Option<u32> {
+        u32::try_from(page).ok().filter(|&p| p < self.pages)
+    }
+
+    /// Read up to `pages` pages after `page` along `stride` that are in the
+    /// store (untouched pages zero-fill cheaply on their own fault; mapped
+    /// ones are there already) and map them write-protected.
+    fn prefetch(&mut self, page: u32, stride: i64, pages: usize) {
+        let mut wanted = std::mem::take(&mut self.prefetch_pages);
+        wanted.clear();
+        for step in 1..=pages as i64 {
+            let Some(p) = self.page_at(i64::from(page) + step * stride) else { break };
+            if self.table.get(p) == PageState::InStore {
+                wanted.push(p);
+            }
+        }
+        wanted.truncate(self.room_for(wanted.len()));
+        wanted.sort_unstable();
+        if !wanted.is_empty() && self.read_pages(&wanted) {
+            self.map_prefetched(&wanted);
+        }
+        self.prefetch_pages = wanted;
+    }
+
+    /// Evict until `count` more pages fit in the budget; how many fit.
+    fn room_for(&mut self, count: usize) -> usize {
+        let batch_pages = self.staging.len_bytes() / PAGE_SIZE;
+        // Each batch frees up to `batch_pages`; a batch that frees none
+        // (every victim kept) ends the loop through the bound.
+        for _ in 0..count.div_ceil(batch_pages) + 1 {
+            if self.table.resident() + count <= self.budget_pages {
+                break;
+            }
+            self.evict_batch();
+        }
+        count.min(self.budget_pages.saturating_sub(self.table.resident()))
+    }
+
+    /// One store read for `pages` (sorted), runs of consecutive pages joined,
+    /// into `prefetch_buf`. A failure is logged; nobody waits on these pages.
+    fn read_pages(&mut self, pages: &[u32]) -> bool {
+        self.prefetch_buf.resize(pages.len() * PAGE_SIZE, 0);
+        let mut ops = Vec::with_capacity(pages.len());
+        let mut rest = self.prefetch_buf.as_mut_slice();
+        for run in runs(pages) {
+            let (buf, tail) = rest.split_at_mut(run.len() * PAGE_SIZE);
+            ops.push(ReadOp { page: u64::from(run[0]), buf });
+            rest = tail;
+        }
+        match self.store.read(&mut ops) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("fault handler: prefetch of {} pages failed: {e}", pages.len());
+                false
+            }
+        }
+    }
+
+    /// Map the pages read into `prefetch_buf`, one UFFDIO_COPY (with WP) per
+    /// run. Stops at the first refusal (EAGAIN while an event is queued):
+    /// pages not mapped stay `InStore`.
+    fn map_prefetched(&mut self, pages: &[u32]) {
+        let mut offset = 0;
+        let mut mapped = 0;
+        for run in runs(pages) {
+            let bytes = &self.prefetch_buf[offset..offset + run.len() * PAGE_SIZE];
+            offset += bytes.len();
+            let (copied, result) = self.uffd.copy_run(self.page_addr(run[0]), bytes, true);
+            for &page in &run[..copied / PAGE_SIZE] {
+                self.table.map_prefetched(page);
+                mapped += 1;
+            }
+            if let Err(e) = result {
+                tracing::debug!("fault handler: prefetch mapping stopped: {e}");
+                break;
+            }
+        }
+        Counters::add(&self.counters.pages_prefetched, mapped);
+        self.publish_resident();
+    }
+}
+
+/// Maximal runs of consecutive page numbers in sorted `pages`.
+fn runs(pages: &[u32]) -> impl Iterator<Item = &[u32]> {
+    pages.chunk_by(|a, b| b.checked_sub(*a) == Some(1))
+}

@@ -1,0 +1,201 @@
+//! Access-trend detection for prefetch, after Leap (Al Maruf & Chowdhury,
+//! ATC 2020): keep the last few deltas between faulting pages and look for
+//! a majority delta. A fault that lands on the stride lattice of the last
+//! prefetch window, inside it or just past it, continues the trend: its
+//! reads of the prefetched pages raised no faults, so the history records
+//! the stride for it rather than the jump. Only a fault that itself follows
+//! the majority stride prefetches, so a trend that has just ended (the
+//! history still holds it) costs nothing.
+
+/// Deltas remembered.
+const HISTORY: usize = 8;
+/// Fewest deltas before a majority counts.
+const MIN_DELTAS: usize = 2;
+/// Window of the first prefetch on a new trend, in pages.
+pub const FIRST_WINDOW_PAGES: usize = 8;
+
+/// The pages a prefetch covered: `first + i * stride` for `i < count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub first: i64,
+    pub stride: i64,
+    pub count: usize,
+}
+
+impl Window {
+    /// How far along the window `page` is, if it lies on its lattice
+    /// within `count + slack` steps.
+    pub fn position(&self, page: i64, slack: usize) -> Option<usize> {
+        let offset = page - self.first;
+        if offset % self.stride != 0 || offset / self.stride < 0 {
+            return None;
+        }
+        let step = (offset / self.stride) as usize;
+        (step < self.count + slack).then_some(step)
+    }
+
+    pub fn page(&self, step: usize) -> i64 {
+        self.first + step as i64 * self.stride
+    }
+}
+
+/// What the trend says about a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advice {
+    /// Prefetch `pages` pages along `stride` after the faulting page.
+    pub stride: i64,
+    pub pages: usize,
+    /// The fault continued the last window: its pages before step
+    /// `passed` were read without faults (or skipped) by the stream.
+    pub passed: Option<(Window, usize)>,
+}
+
+pub struct Trend {
+    deltas: [i64; HISTORY],
+    filled: usize,
+    next: usize,
+    last: Option<i64>,
+    window: Option<Window>,
+    /// Pages to prefetch next time; doubles while windows are consumed.
+    size: usize,
+    max_pages: usize,
+}
+
+impl Trend {
+    /// `max_pages` caps the window; 0 turns prefetch off.
+    pub fn new(max_pages: usize) -> Trend {
+        Trend {
+            deltas: [0; HISTORY],
+            filled: 0,
+            next: 0,
+            last: None,
+            window: None,
+            size: FIRST_WINDOW_PAGES.min(max_pages),
+            max_pages,
+        }
+    }
+
+    /// Record a fault at `page` (any missing fault) and say whether, and
+    /// how far, to prefetch after it.
+    pub fn fault(&mut self, page: u32) -> Option<Advice> {
+        if self.max_pages == 0 {
+            return None;
+        }
+        let page = i64::from(page);
+        let passed = self.window.and_then(|w| w.position(page, self.size).map(|step| (w, step)));
+        let delta = match (passed, self.last) {
+            (Some((w, _)), _) => w.stride,
+            (None, Some(last)) => page - last,
+            (None, None) => 0,
+        };
+        self.last = Some(page);
+        if delta != 0 {
+            self.push(delta);
+        }
+        let Some(stride) = self.majority() else {
+            self.window = None;
+            self.size = FIRST_WINDOW_PAGES.min(self.max_pages);
+            return None;
+        };
+        if delta != stride {
+            // Off the trend (noise, or a new pattern starting): no prefetch
+            // now; the history decides whether the trend is still there.
+            return None;
+        }
+        if passed.is_some() {
+            self.size = (self.size * 2).min(self.max_pages);
+        }
+        self.window = Some(Window { first: page + stride, stride, count: self.size });
+        Some(Advice { stride, pages: self.size, passed })
+    }
+
+    fn push(&mut self, delta: i64) {
+        self.deltas[self.next] = delta;
+        self.next = (self.next + 1) % HISTORY;
+        self.filled = (self.filled + 1).min(HISTORY);
+    }
+
+    /// Boyer-Moore majority vote over the remembered deltas, then checked.
+    fn majority(&self) -> Option<i64> {
+        if self.filled < MIN_DELTAS {
+            return None;
+        }
+        let deltas = &self.deltas[..self.filled];
+        let (mut candidate, mut votes) = (0, 0);
+        for &d in deltas {
+            if votes == 0 {
+                candidate = d;
+            }
+            votes += if d == candidate { 1 } else { -1 };
+        }
+        let count = deltas.iter().filter(|&&d| d == candidate).count();
+        (count * 2 > self.filled).then_some(candidate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy_tests::Rng;
+
+    #[test]
+    fn a_sequential_scan_prefetches_a_growing_window() {
+        let mut trend = Trend::new(512);
+        assert_eq!(trend.fault(100), None);
+        assert_eq!(trend.fault(101), None, "one delta is not a trend");
+        let advice = trend.fault(102).unwrap();
+        assert_eq!((advice.stride, advice.pages), (1, 8));
+        // The stream read 103..=110 without faults; it faults at 111.
+        let mut next = 111;
+        let mut sizes = vec![];
+        for _ in 0..10 {
+            let advice = trend.fault(next).unwrap();
+            assert_eq!(advice.stride, 1);
+            assert!(advice.passed.is_some());
+            sizes.push(advice.pages);
+            next += advice.pages as u32 + 1;
+        }
+        assert_eq!(sizes, [16, 32, 64, 128, 256, 512, 512, 512, 512, 512]);
+    }
+
+    #[test]
+    fn strides_and_backward_scans_are_trends() {
+        for stride in [3i64, -1, -7] {
+            let mut trend = Trend::new(64);
+            let mut page = 10_000i64;
+            let mut last = None;
+            for _ in 0..6 {
+                last = trend.fault(page as u32);
+                page += stride;
+            }
+            assert_eq!(last.unwrap().stride, stride);
+        }
+    }
+
+    #[test]
+    fn random_faults_show_no_trend() {
+        let mut trend = Trend::new(512);
+        let mut rng = Rng::new(3);
+        let advised = (0..100_000)
+            .filter(|_| trend.fault((rng.next_u64() % 1_000_000) as u32).is_some())
+            .count();
+        assert_eq!(advised, 0);
+    }
+
+    #[test]
+    fn random_faults_right_after_a_scan_prefetch_nothing() {
+        let mut trend = Trend::new(512);
+        assert!((0..100).filter_map(|p| trend.fault(p)).count() > 90);
+        let mut rng = Rng::new(5);
+        let advised = (0..1000)
+            .filter(|_| trend.fault((rng.next_u64() % 1_000_000) as u32).is_some())
+            .count();
+        assert_eq!(advised, 0);
+    }
+
+    #[test]
+    fn off_means_off() {
+        let mut trend = Trend::new(0);
+        assert!((0..100).all(|p| trend.fault(p).is_none()));
+    }
+}
