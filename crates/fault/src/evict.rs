@@ -9,7 +9,28 @@ use crate::stats::Counters;
 use memlend_store::{PageStore, StoreResult, WriteOp, PAGE_SIZE};
 use std::io;
 
+/// Pages per eviction ahead of need: a fault arriving meanwhile waits for
+/// this slice only, not a whole batch.
+const AHEAD_BATCH_PAGES: usize = 8;
+
 impl Handler {
+    /// Nothing is pending but the region is within the low-water margin of
+    /// its budget: evict now, so that the next fault finds room.
+    pub(crate) fn wants_headroom(&self) -> bool {
+        let free = self.budget_pages.saturating_sub(self.table.resident());
+        !self.headroom_stalled && self.low_water_pages > 0 && free < self.low_water_pages
+    }
+
+    /// One batch, ahead of need; the serve loop polls for faults between
+    /// batches, so a fault waits for one batch at most.
+    pub(crate) fn evict_ahead(&mut self) {
+        let before = self.table.resident();
+        self.evict(AHEAD_BATCH_PAGES.min(self.staging.len_bytes() / PAGE_SIZE));
+        Counters::add(&self.counters.eviction_batches_ahead, 1);
+        self.headroom_stalled = self.table.resident() >= before;
+        self.publish_resident();
+    }
+
     pub(crate) fn make_room(&mut self) {
         if self.table.resident() >= self.budget_pages {
             self.evict_batch();
@@ -19,7 +40,11 @@ impl Handler {
     /// Move the oldest pages out of the region, write them to the store in
     /// one call, and settle each one's state.
     pub(crate) fn evict_batch(&mut self) {
-        let batch_pages = self.staging.len_bytes() / PAGE_SIZE;
+        self.evict(self.staging.len_bytes() / PAGE_SIZE);
+    }
+
+    /// Evict up to `batch_pages` (at most the staging size).
+    fn evict(&mut self, batch_pages: usize) {
         let mut victims = std::mem::take(&mut self.victims);
         let unused = self.table.take_victims(batch_pages, &mut victims);
         Counters::add(&self.counters.prefetch_wasted, unused as u64);

@@ -86,6 +86,12 @@ pub(crate) struct Handler {
     /// `MAX_DEFERRED`.
     pub deferred: Vec<Fault>,
     pub trend: Trend,
+    /// Keep this many pages free below the budget when idle (eviction
+    /// ahead of need); 0 turns it off.
+    pub low_water_pages: usize,
+    /// The last eviction ahead freed nothing (victims kept, write-back
+    /// failed): do not try again until a message comes.
+    pub headroom_stalled: bool,
     /// Scratch for prefetch: the pages of one window, and their bytes.
     pub prefetch_pages: Vec<u32>,
     pub prefetch_buf: Vec<u8>,
@@ -102,12 +108,21 @@ impl Handler {
     fn serve(&mut self, stop: &PipeReader) {
         let mut msgs = [Msg::default(); 16];
         loop {
-            let timeout = if self.deferred.is_empty() { POLL_TIMEOUT_MS } else { DEFERRED_POLL_MS };
+            let ahead = self.wants_headroom();
+            let timeout = match (ahead, self.deferred.is_empty()) {
+                (true, _) => 0,
+                (false, false) => DEFERRED_POLL_MS,
+                (false, true) => POLL_TIMEOUT_MS,
+            };
             match uffd::wait(&self.uffd, stop, timeout) {
                 Ok(Ready::Stop) => return,
+                Ok(Ready::Nothing) if ahead => self.evict_ahead(),
                 Ok(Ready::Nothing) => {}
                 Ok(Ready::Faults) => match self.uffd.read_msgs(&mut msgs) {
-                    Ok(n) => msgs[..n].iter().for_each(|&msg| self.message(msg)),
+                    Ok(n) => {
+                        self.headroom_stalled = false;
+                        msgs[..n].iter().for_each(|&msg| self.message(msg));
+                    }
                     Err(e) => {
                         tracing::error!("fault handler: reading faults failed, stopping: {e}");
                         return;

@@ -40,6 +40,11 @@ pub struct Tuning {
     /// Largest prefetch window, in pages (0: no prefetch). The window used
     /// is also at most a quarter of the budget.
     pub prefetch_max_pages: usize,
+    /// When no fault is pending and fewer than this many pages are free
+    /// below the budget, the handler evicts a batch ahead of need (0: only
+    /// when a fault needs room). `None`: two eviction batches, at most half
+    /// the budget.
+    pub low_water_pages: Option<usize>,
 }
 
 /// ACMS found a 512-page window right for a sequential scan.
@@ -47,7 +52,11 @@ const PREFETCH_MAX_PAGES: usize = 512;
 
 impl Default for Tuning {
     fn default() -> Tuning {
-        Tuning { policy: Policy::default(), prefetch_max_pages: PREFETCH_MAX_PAGES }
+        Tuning {
+            policy: Policy::default(),
+            prefetch_max_pages: PREFETCH_MAX_PAGES,
+            low_water_pages: None,
+        }
     }
 }
 
@@ -115,6 +124,11 @@ impl Region {
             trend: Trend::new(tuning.prefetch_max_pages.min(config.budget_pages / 4)),
             prefetch_pages: Vec::new(),
             prefetch_buf: Vec::new(),
+            low_water_pages: tuning
+                .low_water_pages
+                .unwrap_or(2 * config.evict_batch_pages)
+                .min(config.budget_pages / 2),
+            headroom_stalled: false,
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()

@@ -25,6 +25,7 @@ pub(crate) struct Counters {
     pub pages_prefetched: AtomicU64,
     pub prefetch_hits: AtomicU64,
     pub prefetch_wasted: AtomicU64,
+    pub eviction_batches_ahead: AtomicU64,
 }
 
 /// A snapshot of [`crate::Region::stats`].
@@ -89,6 +90,10 @@ pub struct DetailedStats {
     pub prefetch_hits: u64,
     /// Prefetched pages evicted before either happened.
     pub prefetch_wasted: u64,
+    /// Eviction batches run while no fault was pending, to keep a margin
+    /// free below the budget (also counted in `eviction_batches` if they
+    /// wrote anything).
+    pub eviction_batches_ahead: u64,
 }
 
 impl Counters {
@@ -124,6 +129,7 @@ impl Counters {
             pages_prefetched: self.pages_prefetched.load(Relaxed),
             prefetch_hits: self.prefetch_hits.load(Relaxed),
             prefetch_wasted: self.prefetch_wasted.load(Relaxed),
+            eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! nor resurrects data; the owner unmapping part of a region leaves the rest
 //! working; discards race with faults on other pages.
 
-use memlend_fault::{Region, RegionConfig};
+use memlend_fault::{Region, RegionConfig, Tuning};
 use memlend_store::layer::Stats;
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::PAGE_SIZE;
@@ -23,6 +23,14 @@ fn region(pages: usize, budget_pages: usize, store: Arc<Stats<RamStore>>) -> Reg
         evict_batch_pages: 8.min(budget_pages),
     };
     Region::new(config, store).unwrap()
+}
+
+/// A region whose resident set changes only on faults: no eviction ahead
+/// of need, no prefetch, so a test can count resident pages exactly.
+fn exact_region(pages: usize, budget_pages: usize, store: Arc<Stats<RamStore>>) -> Region {
+    let config = RegionConfig { size_bytes: pages * PAGE_SIZE, budget_pages, evict_batch_pages: 8 };
+    let tuning = Tuning { prefetch_max_pages: 0, low_water_pages: Some(0), ..Tuning::default() };
+    Region::with_tuning(config, tuning, store).unwrap()
 }
 
 fn pattern(page: usize, word: usize, seed: u64) -> u64 {
@@ -61,7 +69,7 @@ fn a_discarded_range_reads_zero_costs_nothing_and_leaves_the_store() {
     const PAGES: usize = 512;
     const BUDGET: usize = 64;
     let store = ram_store(PAGES);
-    let region = region(PAGES, BUDGET, store.clone());
+    let region = exact_region(PAGES, BUDGET, store.clone());
     fill(&region, 0..PAGES, 1);
     // Now pages 448.. are resident, the rest in the store. Discard a range
     // of each kind, and one that straddles both.

@@ -16,11 +16,12 @@ fn ram_store(pages: usize) -> Arc<Stats<RamStore>> {
     Arc::new(Stats::new(ram))
 }
 
-/// A region without prefetch: these tests count the faults of each access
-/// (tests/prefetch.rs has prefetch on).
+/// A region without prefetch or eviction ahead of need: these tests count
+/// the faults of each access and which pages are resident (tests/prefetch.rs
+/// and tests/ahead.rs turn those on).
 fn region(size_bytes: usize, budget_pages: usize, store: Arc<dyn PageStore>) -> Region {
     let config = RegionConfig { size_bytes, budget_pages, evict_batch_pages: 32.min(budget_pages) };
-    let tuning = Tuning { prefetch_max_pages: 0, ..Tuning::default() };
+    let tuning = Tuning { prefetch_max_pages: 0, low_water_pages: Some(0), ..Tuning::default() };
     Region::with_tuning(config, tuning, store).unwrap()
 }
 
