@@ -81,3 +81,83 @@ def grab(text, pattern):
     if not m:
         raise SystemExit(f"cannot find {pattern!r} in: {text}")
     return float(m.group(1))
+
+
+# ---- added for far_micro.py -------------------------------------------------
+
+
+def meminfo_mib(key):
+    """One /proc/meminfo field (e.g. "MemAvailable") in MiB, or None."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
+def floor_uffd_copy(pin="same", size_mib=512):
+    """userfaultfd missing faults fixed by UFFDIO_COPY (shared/tools/floors/uffd_bench):
+    {"p50_us", "p99_us", "faults_per_s"}; pin = same|diff|none; None if the tool is absent."""
+    tool = build_floor_tool("uffd_bench")
+    if tool is None:
+        return None
+    opener = "dev" if os.path.exists("/dev/userfaultfd") else "sys"
+    out = subprocess.run([tool, opener, "copy", str(size_mib), pin], capture_output=True, text=True,
+                         check=True).stdout
+    return {"p50_us": grab(out, r"p50=([\d.]+)us"), "p99_us": grab(out, r"p99=([\d.]+)us"),
+            "faults_per_s": grab(out, r"rate=(\d+) faults/s")}
+
+
+def floor_tcp_rr(pin="same", req=16, resp=4096, n=100000):
+    """One TCP loopback request/response with one in flight (shared/tools/floors/net_bench):
+    {"p50_us", "p99_us", "ops_per_s"}; None if the tool is absent."""
+    tool = build_floor_tool("net_bench")
+    if tool is None:
+        return None
+    out = subprocess.run([tool, "rr", "tcp", str(req), str(resp), str(n), "1", pin], capture_output=True,
+                         text=True, check=True).stdout
+    return {"p50_us": grab(out, r"p50=([\d.]+)us"), "p99_us": grab(out, r"p99=([\d.]+)us"),
+            "ops_per_s": grab(out, r"(\d+) ops/s")}
+
+
+def floor_tcp_stream(secs=3, chunk=131072, pin="none"):
+    """TCP loopback stream bandwidth in Gbit/s (net_bench); None if the tool is absent."""
+    tool = build_floor_tool("net_bench")
+    if tool is None:
+        return None
+    out = subprocess.run([tool, "stream", "tcp", str(chunk), str(int(max(1, secs))), pin], capture_output=True,
+                         text=True, check=True).stdout
+    return grab(out, r"([\d.]+) Gbit/s")
+
+
+def cpu_psi_total_us():
+    """/proc/pressure/cpu "some" total (microseconds), or None: take two and divide the
+    difference by the wall time for the share of a run in which some task waited for a CPU."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return int(f.readline().split("total=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_idle_pct(window_s=2.0):
+    """Share (%) of CPU time idle (idle + iowait) over the next window_s seconds."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return sum(v), v[3] + v[4]
+
+    t0, i0 = snap()
+    time.sleep(window_s)
+    t1, i1 = snap()
+    return 100.0 * (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_quiet(max_wait_s=60, min_idle_pct=80, window_s=2.0):
+    """Wait (at most max_wait_s) until the CPUs are mostly idle, as
+    shared/tools/floors/wait_quiet.sh does. Returns the last idle share (%)."""
+    deadline = time.time() + max_wait_s
+    while True:
+        idle = cpu_idle_pct(window_s)
+        if idle >= min_idle_pct or time.time() >= deadline:
+            return idle
