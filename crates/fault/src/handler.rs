@@ -11,6 +11,7 @@ use crate::uffd::{self, Fault, Msg, Ready, Uffd};
 use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::io;
 use std::io::PipeReader;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -99,15 +100,29 @@ pub(crate) struct Handler {
 
 impl Handler {
     /// Serve faults until the stop pipe is written to or closed, then give
-    /// the ranges up so that unmapping them waits on nobody.
+    /// the ranges up so that unmapping them waits on nobody. If serving
+    /// fails (a panic, or poll/read on the uffd failing), fall back to
+    /// `failed`: every page not mapped then raises SIGBUS instead of
+    /// leaving its faulting threads waiting for ever.
     pub fn run(mut self, stop: PipeReader) {
-        self.serve(&stop);
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| self.serve(&stop)));
+        let failure = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(reason)) => Some(reason),
+            Err(panic) => Some(format!("panicked: {}", panic_text(panic.as_ref()))),
+        };
+        if let Some(reason) = failure {
+            self.failed(&reason, &stop);
+        }
         self.unregister();
     }
 
-    fn serve(&mut self, stop: &PipeReader) {
+    fn serve(&mut self, stop: &PipeReader) -> Result<(), String> {
         let mut msgs = [Msg::default(); 16];
         loop {
+            if self.counters.fail_requested.load(Relaxed) {
+                panic!("handler failure forced through Region::fail_handler_for_tests");
+            }
             let ahead = self.wants_headroom();
             let timeout = match (ahead, self.deferred.is_empty()) {
                 (true, _) => 0,
@@ -115,23 +130,15 @@ impl Handler {
                 (false, true) => POLL_TIMEOUT_MS,
             };
             match uffd::wait(&self.uffd, stop, timeout) {
-                Ok(Ready::Stop) => return,
+                Ok(Ready::Stop) => return Ok(()),
                 Ok(Ready::Nothing) if ahead => self.evict_ahead(),
                 Ok(Ready::Nothing) => {}
-                Ok(Ready::Faults) => match self.uffd.read_msgs(&mut msgs) {
-                    Ok(n) => {
-                        self.headroom_stalled = false;
-                        msgs[..n].iter().for_each(|&msg| self.message(msg));
-                    }
-                    Err(e) => {
-                        tracing::error!("fault handler: reading faults failed, stopping: {e}");
-                        return;
-                    }
-                },
-                Err(e) => {
-                    tracing::error!("fault handler: poll failed, stopping: {e}");
-                    return;
+                Ok(Ready::Faults) => {
+                    let n = self.uffd.read_msgs(&mut msgs).map_err(|e| format!("read: {e}"))?;
+                    self.headroom_stalled = false;
+                    msgs[..n].iter().for_each(|&msg| self.message(msg));
                 }
+                Err(e) => return Err(format!("poll: {e}")),
             }
             self.retry_deferred();
         }
@@ -383,4 +390,14 @@ pub(crate) fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Resu
         }
     }
     last
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        text
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text
+    } else {
+        "(no message)"
+    }
 }

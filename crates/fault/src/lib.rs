@@ -18,6 +18,7 @@ mod discards;
 mod error;
 mod events;
 mod evict;
+mod failsafe;
 mod handler;
 mod mem;
 #[cfg(test)]

@@ -163,6 +163,13 @@ impl Region {
         self.counters.detailed()
     }
 
+    /// Make the handler fail as if it had panicked, at its next turn (the
+    /// next message, or within a second): for tests of the failure path.
+    #[doc(hidden)]
+    pub fn fail_handler_for_tests(&self) {
+        self.counters.fail_requested.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Free `len_bytes` at `offset_bytes` (both whole pages, inside the
     /// region): when this returns the range reads zero, costs no resident
     /// budget and holds nothing in the store. It is madvise(MADV_DONTNEED);
@@ -190,7 +197,7 @@ impl Drop for Region {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             if thread.join().is_err() {
-                tracing::error!("fault handler panicked");
+                tracing::error!("fault handler panicked while failing safe");
             }
         }
     }

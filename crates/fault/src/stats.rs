@@ -26,6 +26,10 @@ pub(crate) struct Counters {
     pub prefetch_hits: AtomicU64,
     pub prefetch_wasted: AtomicU64,
     pub eviction_batches_ahead: AtomicU64,
+    pub handler_failures: AtomicU64,
+    /// Set by `Region::fail_handler_for_tests`: the handler panics at its
+    /// next turn.
+    pub fail_requested: std::sync::atomic::AtomicBool,
 }
 
 /// A snapshot of [`crate::Region::stats`].
@@ -94,6 +98,10 @@ pub struct DetailedStats {
     /// free below the budget (also counted in `eviction_batches` if they
     /// wrote anything).
     pub eviction_batches_ahead: u64,
+    /// 1 once the handler has failed (panicked, or poll/read on the uffd
+    /// failed): every page not mapped then was poisoned (SIGBUS on touch);
+    /// the reason is logged.
+    pub handler_failures: u64,
 }
 
 impl Counters {
@@ -130,6 +138,7 @@ impl Counters {
             prefetch_hits: self.prefetch_hits.load(Relaxed),
             prefetch_wasted: self.prefetch_wasted.load(Relaxed),
             eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
+            handler_failures: self.handler_failures.load(Relaxed),
         }
     }
 }

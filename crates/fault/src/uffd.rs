@@ -268,6 +268,15 @@ impl Uffd {
         self.ioctl(UFFDIO_POISON, &mut args)
     }
 
+    /// [`Uffd::poison`] of several pages, saying how many bytes were
+    /// poisoned even when it stops part-way (EEXIST at a mapped page).
+    pub fn poison_run(&self, start: usize, len_bytes: usize) -> (usize, io::Result<()>) {
+        let mut args = RangeArgs { range: range(start, len_bytes), mode: 0, result: 0 };
+        let result = self.ioctl(UFFDIO_POISON, &mut args);
+        let done = if result.is_ok() { len_bytes } else { args.result.max(0) as usize };
+        (done, result)
+    }
+
     /// Read pending messages into `msgs`; returns how many. Zero means none
     /// pending right now (the descriptor is non-blocking).
     pub fn read_msgs(&self, msgs: &mut [Msg; 16]) -> io::Result<usize> {
