@@ -14,6 +14,7 @@ use std::io::PipeReader;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// UFFDIO_* answers EAGAIN while the address space is changing under it
 /// (mremap, fork); such a change is short, so a few tries suffice.
@@ -93,6 +94,10 @@ pub(crate) struct Handler {
     /// The last eviction ahead freed nothing (victims kept, write-back
     /// failed): do not try again until a message comes.
     pub headroom_stalled: bool,
+    /// How long to poll without sleeping before a sleeping wait.
+    pub spin: Duration,
+    /// Running average of the idle time before a message came.
+    pub recent_gap: Duration,
     /// Scratch for prefetch: the pages of one window, and their bytes.
     pub prefetch_pages: Vec<u32>,
     pub prefetch_buf: Vec<u8>,
@@ -129,7 +134,7 @@ impl Handler {
                 (false, false) => DEFERRED_POLL_MS,
                 (false, true) => POLL_TIMEOUT_MS,
             };
-            match uffd::wait(&self.uffd, stop, timeout) {
+            match self.wait(stop, timeout) {
                 Ok(Ready::Stop) => return Ok(()),
                 Ok(Ready::Nothing) if ahead => self.evict_ahead(),
                 Ok(Ready::Nothing) => {}
@@ -142,6 +147,39 @@ impl Handler {
             }
             self.retry_deferred();
         }
+    }
+
+    /// `uffd::wait`, but first, if spinning is on, the wait would sleep,
+    /// and messages have lately come sooner than `spin` after the handler
+    /// went idle, poll without sleeping for up to `spin`: a fault that
+    /// comes meanwhile is seen without waking a sleeping thread. When
+    /// faults come further apart, spinning would only burn the core (and,
+    /// where the faulting thread shares it, delay that thread), so the
+    /// handler sleeps at once.
+    fn wait(&mut self, stop: &PipeReader, timeout_ms: i32) -> io::Result<Ready> {
+        let idle_since = Instant::now();
+        let spin = timeout_ms > 0 && !self.spin.is_zero() && self.recent_gap < self.spin;
+        if spin {
+            let deadline = idle_since + self.spin;
+            // Bounded by the deadline; each turn is one poll syscall.
+            while Instant::now() < deadline {
+                match uffd::wait(&self.uffd, stop, 0)? {
+                    Ready::Nothing => std::hint::spin_loop(),
+                    ready => return Ok(self.note_gap(idle_since, ready)),
+                }
+            }
+        }
+        let ready = uffd::wait(&self.uffd, stop, timeout_ms)?;
+        Ok(self.note_gap(idle_since, ready))
+    }
+
+    /// Keep a running average (weight 1/4) of the idle gap before messages.
+    fn note_gap(&mut self, idle_since: Instant, ready: Ready) -> Ready {
+        if ready == Ready::Faults {
+            let gap = idle_since.elapsed();
+            self.recent_gap = (self.recent_gap * 3 + gap) / 4;
+        }
+        ready
     }
 
     fn unregister(&self) {

@@ -45,6 +45,9 @@ pub struct Tuning {
     /// when a fault needs room). `None`: two eviction batches, at most half
     /// the budget.
     pub low_water_pages: Option<usize>,
+    /// Before sleeping in poll, the handler polls without sleeping for this
+    /// many µs (0: sleep at once). Spinning burns the handler's core.
+    pub spin_us: u32,
 }
 
 /// ACMS found a 512-page window right for a sequential scan.
@@ -56,6 +59,7 @@ impl Default for Tuning {
             policy: Policy::default(),
             prefetch_max_pages: PREFETCH_MAX_PAGES,
             low_water_pages: None,
+            spin_us: 0,
         }
     }
 }
@@ -129,6 +133,8 @@ impl Region {
                 .unwrap_or(2 * config.evict_batch_pages)
                 .min(config.budget_pages / 2),
             headroom_stalled: false,
+            spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
+            recent_gap: std::time::Duration::ZERO,
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()
