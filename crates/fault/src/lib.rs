@@ -33,4 +33,4 @@ mod uffd;
 pub use error::{FaultError, Result};
 pub use region::{Region, RegionConfig, Tuning};
 pub use state::{Policy, METADATA_BYTES_PER_PAGE};
-pub use stats::{DetailedStats, RegionStats};
+pub use stats::{DetailedStats, HandlerStats, RegionStats};

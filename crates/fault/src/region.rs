@@ -5,7 +5,7 @@ use crate::error::{FaultError, Result};
 use crate::handler::Handler;
 use crate::mem::Mapping;
 use crate::state::{PageTable, Policy};
-use crate::stats::{Counters, DetailedStats, RegionStats};
+use crate::stats::{Counters, DetailedStats, HandlerStats, RegionStats};
 use crate::trend::Trend;
 use crate::uffd::Uffd;
 use memlend_store::{PageStore, PAGE_SIZE};
@@ -163,10 +163,14 @@ impl Region {
         self.counters.snapshot()
     }
 
-    /// [`Region::stats`] plus the counters added since (events, policy,
-    /// prefetch).
+    /// [`Region::stats`] plus the event counters (free, munmap, madvise).
     pub fn detailed_stats(&self) -> DetailedStats {
         self.counters.detailed()
+    }
+
+    /// Replacement, prefetch, eviction-ahead and failure counters.
+    pub fn handler_stats(&self) -> HandlerStats {
+        self.counters.handler()
     }
 
     /// Make the handler fail as if it had panicked, at its next turn (the

@@ -83,6 +83,15 @@ pub struct DetailedStats {
     /// Faults put off because the kernel refused to map while an event was
     /// queued (EAGAIN), then served after reading it.
     pub faults_deferred: u64,
+}
+
+/// Counters of replacement, prefetch, eviction ahead and handler failure,
+/// from [`crate::Region::handler_stats`]. Kept out of [`DetailedStats`],
+/// which code elsewhere destructures field by field, and non-exhaustive so
+/// that adding a counter here breaks no one.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HandlerStats {
     /// Faults on pages evicted recently (in the ghost ring): evicted too
     /// early, so S3-FIFO puts them straight into its main queue.
     pub ghost_hits: u64,
@@ -124,6 +133,17 @@ impl Counters {
         }
     }
 
+    pub fn handler(&self) -> HandlerStats {
+        HandlerStats {
+            ghost_hits: self.ghost_hits.load(Relaxed),
+            pages_prefetched: self.pages_prefetched.load(Relaxed),
+            prefetch_hits: self.prefetch_hits.load(Relaxed),
+            prefetch_wasted: self.prefetch_wasted.load(Relaxed),
+            eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
+            handler_failures: self.handler_failures.load(Relaxed),
+        }
+    }
+
     pub fn detailed(&self) -> DetailedStats {
         DetailedStats {
             basic: self.snapshot(),
@@ -133,12 +153,6 @@ impl Counters {
             pages_discarded: self.pages_discarded.load(Relaxed),
             store_discard_failures: self.store_discard_failures.load(Relaxed),
             faults_deferred: self.faults_deferred.load(Relaxed),
-            ghost_hits: self.ghost_hits.load(Relaxed),
-            pages_prefetched: self.pages_prefetched.load(Relaxed),
-            prefetch_hits: self.prefetch_hits.load(Relaxed),
-            prefetch_wasted: self.prefetch_wasted.load(Relaxed),
-            eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
-            handler_failures: self.handler_failures.load(Relaxed),
         }
     }
 }

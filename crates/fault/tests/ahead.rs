@@ -3,7 +3,7 @@
 //! so a fault usually finds room. `measure_eviction_ahead` (ignored) prints
 //! fault latency with and without it.
 
-use memlend_fault::{DetailedStats, Region, RegionConfig, Tuning};
+use memlend_fault::{HandlerStats, Region, RegionConfig, RegionStats, Tuning};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::PAGE_SIZE;
 use std::sync::Arc;
@@ -46,7 +46,11 @@ fn random_pages(count: usize) -> Vec<usize> {
 
 /// Write every page, then read `order` with `think` of busy work after each
 /// access; the latency of each access (ns), and the stats.
-fn run(region: &Region, order: &[usize], think: Duration) -> (Vec<u64>, DetailedStats, f64) {
+fn run(
+    region: &Region,
+    order: &[usize],
+    think: Duration,
+) -> (Vec<u64>, (RegionStats, HandlerStats), f64) {
     for page in 0..PAGES {
         // SAFETY: an aligned word inside the live region; one thread.
         unsafe { word(region, page).write_volatile(page as u64 + 1) };
@@ -64,18 +68,19 @@ fn run(region: &Region, order: &[usize], think: Duration) -> (Vec<u64>, Detailed
             std::hint::spin_loop();
         }
     }
-    (latencies, region.detailed_stats(), start.elapsed().as_secs_f64())
+    let stats = (region.stats(), region.handler_stats());
+    (latencies, stats, start.elapsed().as_secs_f64())
 }
 
 #[test]
 fn idle_time_is_used_to_evict_ahead() {
     let region = region(64);
-    let (_, stats, _) = run(&region, &random_pages(4000), Duration::from_micros(50));
-    eprintln!("{stats:?}");
-    assert!(stats.eviction_batches_ahead > 0, "{stats:?}");
-    assert!(stats.basic.pages_resident <= BUDGET_PAGES as u64, "{stats:?}");
+    let (_, (stats, handler), _) = run(&region, &random_pages(4000), Duration::from_micros(50));
+    eprintln!("{stats:?} {handler:?}");
+    assert!(handler.eviction_batches_ahead > 0, "{handler:?}");
+    assert!(stats.pages_resident <= BUDGET_PAGES as u64, "{stats:?}");
     // A fault found the margin empty only if it came during a batch.
-    let free = BUDGET_PAGES as u64 - stats.basic.pages_resident;
+    let free = BUDGET_PAGES as u64 - stats.pages_resident;
     assert!(free >= 32, "{free} pages free when idle: {stats:?}");
 }
 
@@ -90,9 +95,10 @@ fn measure_eviction_ahead() {
     for think_us in [0, 20, 100] {
         for low_water in [0, 64] {
             let region = region(low_water);
-            let (mut lat, stats, secs) = run(&region, &order, Duration::from_micros(think_us));
+            let (mut lat, (stats, handler), secs) =
+                run(&region, &order, Duration::from_micros(think_us));
             lat.sort_unstable();
-            let faults = stats.basic.faults_from_store;
+            let faults = stats.faults_from_store;
             let faulted: Vec<u64> = lat.iter().copied().filter(|&ns| ns > 2000).collect();
             eprintln!(
                 "think {think_us:>3} us, low water {low_water:>2}: read pass {secs:.3} s, {faults} \
@@ -102,8 +108,8 @@ fn measure_eviction_ahead() {
                 percentile(&faulted, 0.5),
                 percentile(&faulted, 0.99),
                 percentile(&faulted, 1.0),
-                stats.eviction_batches_ahead,
-                stats.basic.eviction_batches,
+                handler.eviction_batches_ahead,
+                stats.eviction_batches,
             );
         }
     }

@@ -173,16 +173,16 @@ fn after_a_handler_failure_mapped_pages_keep_their_bytes_and_drop_returns() {
         assert!(mem[last * PAGE_SIZE..].iter().all(|&b| b == last as u8));
         // The discard returned once its event was read, maybe before the
         // poisoning finished.
-        let mut stats = region.detailed_stats();
+        let mut stats = region.stats();
         for _ in 0..500 {
-            if stats.basic.pages_poisoned > 0 {
+            if stats.pages_poisoned > 0 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
-            stats = region.detailed_stats();
+            stats = region.stats();
         }
-        assert_eq!(stats.handler_failures, 1, "{stats:?}");
-        assert!(stats.basic.pages_poisoned >= (PAGES - 10) as u64, "{stats:?}");
+        assert_eq!(region.handler_stats().handler_failures, 1, "{stats:?}");
+        assert!(stats.pages_poisoned >= (PAGES - 10) as u64, "{stats:?}");
         drop(region);
         done_tx.send(()).unwrap();
     });

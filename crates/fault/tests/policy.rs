@@ -61,10 +61,10 @@ fn store_faults(policy: Policy, trace: &[(usize, bool)]) -> (u64, f64) {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let stats = region.detailed_stats();
-    assert!(stats.basic.pages_resident <= BUDGET_PAGES as u64, "{stats:?}");
-    eprintln!("{policy:?}: {stats:?}");
-    (stats.basic.faults_from_store - before, secs)
+    let stats = region.stats();
+    assert!(stats.pages_resident <= BUDGET_PAGES as u64, "{stats:?}");
+    eprintln!("{policy:?}: {stats:?} {:?}", region.handler_stats());
+    (stats.faults_from_store - before, secs)
 }
 
 #[test]
