@@ -9,6 +9,9 @@ use crate::stats::Counters;
 use crate::trend::Window;
 use memlend_store::{ReadOp, PAGE_SIZE};
 
+/// Windows of at least this many pages leave their middle page unmapped.
+const MARKER_MIN_PAGES: usize = 16;
+
 impl Handler {
     /// Called after a missing fault on `page` was resolved.
     pub(crate) fn after_fault(&mut self, page: u32) {
@@ -52,6 +55,12 @@ impl Handler {
         }
         wanted.truncate(self.room_for(wanted.len()));
         wanted.sort_unstable();
+        if wanted.len() >= MARKER_MIN_PAGES {
+            // The marker: left in the store, so the stream faults on it
+            // halfway through, and the next window is read while it goes
+            // through the second half, instead of after it.
+            wanted.remove(wanted.len() / 2);
+        }
         if !wanted.is_empty() && self.read_pages(&wanted) {
             self.map_prefetched(&wanted);
         }
