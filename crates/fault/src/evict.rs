@@ -2,8 +2,9 @@
 //! staging), sorted into clean, all-zero and dirty, and the dirty ones are
 //! written to the store in one call.
 
-use crate::handler::{resolve, retry_eagain, Handler};
+use crate::handler::Handler;
 use crate::mem::Mapping;
+use crate::resolve::{resolve, retry_eagain};
 use crate::state::PageState;
 use crate::stats::Counters;
 use memlend_store::{PageStore, StoreResult, WriteOp, PAGE_SIZE};

@@ -4,23 +4,18 @@
 
 use crate::discards::Discards;
 use crate::mem::Mapping;
-use crate::state::{PageState, PageTable};
+use crate::state::PageTable;
 use crate::stats::Counters;
 use crate::trend::Trend;
 use crate::uffd::{self, Fault, Msg, Ready, Uffd};
-use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
+use memlend_store::{PageStore, PAGE_SIZE};
 use std::io;
 use std::io::PipeReader;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// UFFDIO_* answers EAGAIN while the address space is changing under it
-/// (mremap, fork); such a change is short, so a few tries suffice.
-const EAGAIN_TRIES: usize = 16;
-/// Store reads are retried this many times before the page is poisoned.
-const READ_TRIES: usize = 3;
 /// Poll wakes at least this often even with nothing to do.
 const POLL_TIMEOUT_MS: i32 = 1000;
 /// While faults wait for a retry, poll this often.
@@ -30,21 +25,6 @@ const DEFERRED_POLL_MS: i32 = 1;
 /// instead and faults again.
 const MAX_DEFERRED: usize = 64;
 
-#[derive(Clone, Copy)]
-enum Fill {
-    Zero,
-    Store,
-}
-
-impl Fill {
-    fn counter(self, counters: &Counters) -> &AtomicU64 {
-        match self {
-            Fill::Zero => &counters.zero_filled,
-            Fill::Store => &counters.from_store,
-        }
-    }
-}
-
 /// What became of a fault.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -53,10 +33,6 @@ pub(crate) enum Step {
     /// queued behind this fault, and until we read it the kernel refuses
     /// to map pages. The message is consumed and its thread still waits.
     Again,
-}
-
-fn is_eagain(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::EAGAIN)
 }
 
 pub(crate) struct Handler {
@@ -222,212 +198,14 @@ impl Handler {
         self.deferred = deferred;
     }
 
-    fn fault(&mut self, fault: Fault) -> Step {
-        let page = fault.addr.wrapping_sub(self.base) / PAGE_SIZE;
-        if page >= self.pages as usize {
-            tracing::error!("fault handler: fault at {:#x} outside the region", fault.addr);
-            return Step::Done;
-        }
-        let page = page as u32;
-        if fault.wp {
-            return self.write_to_clean(page);
-        }
-        let missing = !self.table.get(page).is_resident();
-        let result = match self.table.get(page) {
-            PageState::Clean | PageState::Dirty => self.already_mapped(page),
-            PageState::Empty => self.zero_fill(page, fault.write),
-            PageState::InStore => self.fill_from_store(page, fault.write),
-        };
-        if missing && result.is_ok() {
-            self.after_fault(page);
-        }
-        self.finish(page, result)
-    }
-
-    fn finish(&mut self, page: u32, result: io::Result<()>) -> Step {
-        self.publish_resident();
-        match result {
-            Ok(()) => Step::Done,
-            Err(e) if is_eagain(&e) => Step::Again,
-            Err(e) => {
-                tracing::error!("fault handler: page {page} could not be mapped: {e}");
-                self.poison(page)
-            }
-        }
-    }
-
-    /// A write hit a write-protected page. If it is `Clean`, its store copy
-    /// goes stale now: mark it dirty before lifting the protection, which
-    /// wakes the writer. `Dirty` means another thread's message for the same
-    /// page came first. If the page was evicted since, the writer only needs
-    /// waking: its retry faults as missing.
-    fn write_to_clean(&mut self, page: u32) -> Step {
-        let page_addr = self.page_addr(page);
-        let state = self.table.get(page);
-        if state == PageState::Clean {
-            if self.table.written(page) {
-                Counters::add(&self.counters.prefetch_hits, 1);
-            }
-            Counters::add(&self.counters.write_protect, 1);
-        }
-        let result = if state.is_resident() {
-            retry_eagain(|| self.uffd.unprotect(page_addr, PAGE_SIZE))
-        } else {
-            self.uffd.wake(page_addr, PAGE_SIZE)
-        };
-        match result {
-            Ok(()) => Step::Done,
-            Err(e) if is_eagain(&e) => Step::Again,
-            Err(e) => {
-                // The page stays dirty (the safe side); the writer's retry faults again.
-                tracing::error!("fault handler: unprotecting page {page} failed: {e}");
-                let _ = self.uffd.wake(page_addr, PAGE_SIZE);
-                Step::Done
-            }
-        }
-    }
-
-    /// Usually another message for this page came first and mapped it: then
-    /// ZEROPAGE answers EEXIST and the thread only needs waking. If instead
-    /// the owner dropped the page (MADV_DONTNEED), it now reads as zero, as
-    /// that call promises, rather than faulting for ever; it is `Dirty` from
-    /// then on, since the store's copy is not zeroes and a write to the zero
-    /// page is a copy-on-write we never see.
-    fn already_mapped(&mut self, page: u32) -> io::Result<()> {
-        let page_addr = self.page_addr(page);
-        match retry_eagain(|| self.uffd.zeropage(page_addr, PAGE_SIZE)) {
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                Counters::add(&self.counters.already_mapped, 1);
-                self.uffd.wake(page_addr, PAGE_SIZE)
-            }
-            Ok(()) => {
-                self.table.dirtied(page);
-                Ok(())
-            }
-            other => other,
-        }
-    }
-
-    /// A read maps the shared zero page; a write gets its own zeroed page at
-    /// once, saving the copy-on-write fault that would follow. Either way the
-    /// page is `Dirty`: the store holds no current copy of it, and the
-    /// zero page cannot be write-protected (ZEROPAGE has no WP mode), so a
-    /// write to it is a copy-on-write we never see. Eviction's all-zero check
-    /// sends it back to `Empty` if it was never written.
-    fn zero_fill(&mut self, page: u32, write: bool) -> io::Result<()> {
-        self.make_room();
-        self.record_mapped(page, Fill::Zero, PageState::Dirty);
-        let page_addr = self.page_addr(page);
-        let result = if write {
-            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.zero_page, false))
-        } else {
-            resolve(&self.uffd, page_addr, || self.uffd.zeropage(page_addr, PAGE_SIZE))
-        };
-        self.undo_if_failed(page, PageState::Empty, Fill::Zero, result)
-    }
-
-    /// A read maps the page write-protected and `Clean`: its store copy is
-    /// current until a write faults. A write maps it writable and `Dirty`
-    /// at once, sparing the WP fault that would follow.
-    fn fill_from_store(&mut self, page: u32, write: bool) -> io::Result<()> {
-        if let Err(e) = self.read_page(page) {
-            tracing::error!("fault handler: store read of page {page} failed: {e}");
-            return match self.poison(page) {
-                Step::Done => Ok(()),
-                Step::Again => Err(io::Error::from_raw_os_error(libc::EAGAIN)),
-            };
-        }
-        self.make_room();
-        let now = if write { PageState::Dirty } else { PageState::Clean };
-        self.record_mapped(page, Fill::Store, now);
-        let page_addr = self.page_addr(page);
-        let result =
-            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.page_buf, !write));
-        self.undo_if_failed(page, PageState::InStore, Fill::Store, result)
-    }
-
-    /// Count `page` as mapped before the ioctl that maps it: that ioctl wakes
-    /// the faulting thread, which may read the stats at once.
-    fn record_mapped(&mut self, page: u32, fill: Fill, now: PageState) {
-        if self.table.map(page, now) {
-            Counters::add(&self.counters.ghost_hits, 1);
-        }
-        Counters::add(fill.counter(&self.counters), 1);
-        self.publish_resident();
-    }
-
-    fn undo_if_failed(
-        &mut self,
-        page: u32,
-        was: PageState,
-        fill: Fill,
-        result: io::Result<()>,
-    ) -> io::Result<()> {
-        if result.is_err() {
-            self.table.unmap_newest(page, was);
-            fill.counter(&self.counters).fetch_sub(1, Relaxed);
-        }
-        result
-    }
-
     pub(crate) fn page_addr(&self, page: u32) -> usize {
         self.base + page as usize * PAGE_SIZE
-    }
-
-    fn read_page(&mut self, page: u32) -> StoreResult<()> {
-        let mut last = Ok(());
-        for _ in 0..READ_TRIES {
-            let mut ops = [ReadOp { page: u64::from(page), buf: &mut self.page_buf }];
-            last = self.store.read(&mut ops);
-            if last.is_ok() {
-                break;
-            }
-        }
-        last
-    }
-
-    /// The faulting thread gets SIGBUS at this page instead of waiting forever.
-    pub(crate) fn poison(&mut self, page: u32) -> Step {
-        let page_addr = self.page_addr(page);
-        match resolve(&self.uffd, page_addr, || self.uffd.poison(page_addr, PAGE_SIZE)) {
-            Ok(()) => Counters::add(&self.counters.pages_poisoned, 1),
-            Err(e) if is_eagain(&e) => return Step::Again,
-            Err(e) => tracing::error!("fault handler: poisoning page {page} failed: {e}"),
-        }
-        Step::Done
     }
 
     pub(crate) fn publish_resident(&self) {
         let resident = self.table.resident() as u64;
         self.counters.pages_resident.store(resident, Relaxed);
     }
-}
-
-/// Run one UFFDIO_* call that maps the page at `page_addr`. EEXIST means it
-/// is mapped already, which is all we wanted; the kernel wakes waiters only
-/// on success, so wake them here.
-pub(crate) fn resolve(
-    uffd: &Uffd,
-    page_addr: usize,
-    call: impl FnMut() -> io::Result<()>,
-) -> io::Result<()> {
-    match retry_eagain(call) {
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => uffd.wake(page_addr, PAGE_SIZE),
-        other => other,
-    }
-}
-
-/// Run one UFFDIO_* call, retrying EAGAIN a bounded number of times.
-pub(crate) fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
-    let mut last = Ok(());
-    for _ in 0..EAGAIN_TRIES {
-        last = call();
-        match &last {
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => std::thread::yield_now(),
-            _ => return last,
-        }
-    }
-    last
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {

@@ -25,6 +25,7 @@ mod mem;
 mod policy_tests;
 mod prefetch;
 mod region;
+mod resolve;
 mod state;
 mod stats;
 mod trend;
