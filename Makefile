@@ -9,7 +9,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 demo: setup build
 	scripts/demo.sh
 
-test: setup lint
+test: setup lint build
 	@mkdir -p target
 	set -o pipefail; cargo test --workspace --release 2>&1 | tee target/test.log
 	@scripts/test-summary.sh target/test.log

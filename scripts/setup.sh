@@ -9,6 +9,7 @@ APT_PACKAGES=(
   fio nbdkit libnbd-bin qemu-utils          # real NBD peers and clients
   python3 python3-matplotlib python3-numpy  # benchmark tables and plots
   iproute2 procps psmisc                    # lab networking, process tools
+  redis-server redis-tools                  # an unmodified program under memlend run
 )
 
 missing=()

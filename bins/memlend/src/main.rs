@@ -3,6 +3,8 @@
 mod bench;
 mod donor;
 mod far;
+mod run;
+mod run_report;
 mod verify;
 
 use anyhow::Result;
@@ -29,6 +31,9 @@ enum Cmd {
     /// Far memory: a region larger than its local budget, pages on a donor
     /// (or --ssd), written, touched at random and read back byte for byte.
     Far(far::FarArgs),
+    /// Run a program with its large allocations in far memory: on donors
+    /// (--donor) or a local SSD file. Prints what far memory did at the end.
+    Run(run::RunArgs),
 }
 
 fn main() {
@@ -42,6 +47,7 @@ fn main() {
         Cmd::Verify(a) => verify::run(&a),
         Cmd::Bench(a) => bench::run(&a),
         Cmd::Far(a) => far::run(&a),
+        Cmd::Run(a) => run::run(&a),
     };
     if let Err(e) = result {
         eprintln!("memlend: {e:#}");

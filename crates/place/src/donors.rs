@@ -32,6 +32,13 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
     Ok(Opened { store: Arc::new(store), pages, describe: format!("{n} donors, striped") })
 }
 
+/// Bytes a stripe over the donors can hold now: the least free donor's
+/// room on each. Fails, naming the donor, if one cannot be reached.
+pub fn room_bytes(p: &Placement) -> Result<u64> {
+    let each = room_on_each(&p.donors, &client_config(p)?)?;
+    Ok(each * p.donors.len() as u64 * memlend_store::PAGE_SIZE as u64)
+}
+
 fn client_config(p: &Placement) -> Result<ClientConfig> {
     let key = p.key.as_deref().map(memlend_node::keyfile::load).transpose()?;
     if key.is_none() && !p.insecure {

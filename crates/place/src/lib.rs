@@ -7,6 +7,7 @@
 //! the same way.
 
 mod donors;
+pub mod env;
 mod ssd;
 
 use anyhow::{bail, Result};
@@ -62,6 +63,12 @@ impl Placement {
         let path = self.ssd.clone().unwrap_or_else(default_ssd_dir);
         ssd::open(&path, pages)
     }
+}
+
+/// Bytes free on every donor of `p` for a stripe (see [`Placement::open`]);
+/// an error names a donor that cannot be reached or has no room.
+pub fn room_on_donors(p: &Placement) -> Result<u64> {
+    donors::room_bytes(p)
 }
 
 /// `$MEMLEND_SSD_DIR`, else `/var/tmp` (on disk, unlike a tmpfs `/tmp`).

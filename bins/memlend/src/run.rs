@@ -1,0 +1,204 @@
+//! `memlend run -- CMD ARGS...`: run an unmodified program with its large
+//! allocations in far memory. Checks that the pages have somewhere to go,
+//! starts CMD with the preload shim, forwards signals, and when CMD ends
+//! sums up what far memory did. Exits with CMD's status.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use memlend_node::size::{human, parse_size};
+use memlend_place::env as shim;
+use memlend_place::Placement;
+use std::net::SocketAddr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Local budget: most far pages resident at once (per process).
+    /// Default: half of MemAvailable.
+    #[arg(long, value_parser = parse_size)]
+    pub local: Option<u64>,
+    /// Size of the far region (per process). Default: what the donors (or
+    /// the SSD) have room for, at most 64 GiB.
+    #[arg(long, value_parser = parse_size)]
+    pub far: Option<u64>,
+    /// A donor's page-protocol address; repeat to stripe over several.
+    #[arg(long = "donor", value_name = "ADDR")]
+    pub donors: Vec<SocketAddr>,
+    /// Keep far pages in a local file instead (SSD as memory): a new path, a
+    /// directory, or a block device. The default when no donor is named:
+    /// $MEMLEND_SSD_DIR or /var/tmp.
+    #[arg(long, conflicts_with = "donors")]
+    pub ssd: Option<PathBuf>,
+    /// The cluster key file, for donors.
+    #[arg(long, conflicts_with = "insecure")]
+    pub key: Option<PathBuf>,
+    /// Talk to donors that run without a key.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Allocations from this size up go to far memory.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub threshold: u64,
+    /// The shim library. Default: $MEMLEND_PRELOAD, else
+    /// libmemlend_preload.so beside this binary.
+    #[arg(long)]
+    pub preload: Option<PathBuf>,
+    /// Print no summary at the end.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<String>,
+}
+
+pub fn run(a: &RunArgs) -> Result<()> {
+    let given =
+        a.preload.clone().or_else(|| std::env::var_os("MEMLEND_PRELOAD").map(PathBuf::from));
+    let shim_path = find_shim(given.as_deref())?;
+    let local = match a.local {
+        Some(b) => b,
+        None => memlend_node::meminfo::Memory::read()?.available_bytes / 2,
+    };
+    if local < 4096 {
+        bail!("--local must be at least one page");
+    }
+    let placement = Placement {
+        donors: a.donors.clone(),
+        ssd: a.ssd.clone(),
+        key: a.key.clone(),
+        insecure: a.insecure,
+    };
+    let where_ = preflight(&placement, a.far)?;
+    let stats_dir = tempdir()?;
+    let mut cmd = Command::new(&a.cmd[0]);
+    cmd.args(&a.cmd[1..]);
+    set_env(&mut cmd, a, &shim_path, local, &stats_dir);
+    let started = Instant::now();
+    let status = spawn_and_wait(&mut cmd, &a.cmd[0]);
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let reports = crate::run_report::collect(&stats_dir);
+    let _ = std::fs::remove_dir_all(&stats_dir);
+    let status = status?;
+    if !a.quiet {
+        crate::run_report::print(&a.cmd, &status, elapsed_s, local, &where_, &reports);
+    }
+    std::process::exit(exit_code(&status));
+}
+
+/// Fail here, with a clear message, rather than inside the program's first
+/// large malloc: donors must answer (and have room), the SSD path be usable.
+fn preflight(p: &Placement, far: Option<u64>) -> Result<String> {
+    if !p.donors.is_empty() {
+        let room = memlend_place::room_on_donors(p)?;
+        if let Some(far) = far.filter(|&f| f > room) {
+            bail!("--far {} is more than the donors have free ({})", human(far), human(room));
+        }
+        let n = p.donors.len();
+        return Ok(if n == 1 { format!("donor {}", p.donors[0]) } else { format!("{n} donors") });
+    }
+    let path = p.ssd.clone().unwrap_or_else(memlend_place::default_ssd_dir);
+    let dir = if path.is_dir() { path.clone() } else { parent(&path) };
+    if !dir.is_dir() {
+        bail!("--ssd {}: {} is not a directory", path.display(), dir.display());
+    }
+    if path.is_file() {
+        bail!("--ssd {} exists; give a new path, a directory or a block device", path.display());
+    }
+    Ok(format!("SSD {}", path.display()))
+}
+
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn set_env(cmd: &mut Command, a: &RunArgs, shim_path: &Path, local: u64, stats: &Path) {
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(old) if !old.is_empty() => format!("{}:{old}", shim_path.display()),
+        _ => shim_path.display().to_string(),
+    };
+    cmd.env("LD_PRELOAD", preload)
+        .env(shim::LOCAL, local.to_string())
+        .env(shim::THRESHOLD, a.threshold.to_string())
+        .env(shim::STATS_DIR, stats);
+    let donors: Vec<String> = a.donors.iter().map(|d| d.to_string()).collect();
+    let optional = [
+        (shim::FAR, a.far.map(|f| f.to_string())),
+        (shim::DONORS, (!donors.is_empty()).then(|| donors.join(","))),
+        (shim::SSD, a.ssd.as_ref().map(|p| absolute(p).display().to_string())),
+        (shim::KEY, a.key.as_ref().map(|p| absolute(p).display().to_string())),
+        (shim::INSECURE, a.insecure.then(|| "1".to_string())),
+    ];
+    for (name, value) in optional {
+        match value {
+            Some(v) => cmd.env(name, v),
+            None => cmd.env_remove(name),
+        };
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn find_shim(given: Option<&Path>) -> Result<PathBuf> {
+    const NAME: &str = "libmemlend_preload.so";
+    if let Some(p) = given {
+        if p.is_file() {
+            return Ok(absolute(p));
+        }
+        bail!("preload library {} not found", p.display());
+    }
+    let exe = std::env::current_exe().context("cannot find this binary's path")?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    for candidate in [dir.join(NAME), dir.join("../lib/memlend").join(NAME)] {
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!(
+        "{NAME} not found beside {}; build it (`cargo build --release -p memlend-preload`) or pass --preload",
+        exe.display()
+    )
+}
+
+fn tempdir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("memlend-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Run CMD; SIGTERM, SIGHUP and SIGQUIT sent to us go on to it, and SIGINT
+/// from the terminal reaches it directly (same process group), so we only
+/// wait for it to end.
+fn spawn_and_wait(cmd: &mut Command, name: &str) -> Result<ExitStatus> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    let mut child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
+    let pid = child.id() as i32;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGQUIT, SIGINT])?;
+    let handle = signals.handle();
+    let forward = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if sig != SIGINT {
+                // SAFETY: kill(2) on our own child's pid.
+                unsafe { libc::kill(pid, sig) };
+            }
+        }
+    });
+    let status = child.wait().context("waiting for the program")?;
+    handle.close();
+    let _ = forward.join();
+    Ok(status)
+}
+
+fn exit_code(status: &ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    }
+}

@@ -1,0 +1,62 @@
+//! The summary `memlend run` prints when the program ends: what far memory
+//! did, summed over every process of the run that used it (each leaves
+//! `<pid>.json` in the stats directory at exit).
+
+use memlend_node::size::human;
+use serde_json::Value;
+use std::path::Path;
+use std::process::ExitStatus;
+
+/// Most process reports read: a fork bomb must not make us read forever.
+const MAX_REPORTS: usize = 4096;
+
+pub fn collect(dir: &Path) -> Vec<Value> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .take(MAX_REPORTS)
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| serde_json::from_str(&t).ok())
+        .collect()
+}
+
+fn sum(reports: &[Value], key: &str) -> u64 {
+    reports.iter().filter_map(|r| r[key].as_u64()).sum()
+}
+
+pub fn print(
+    cmd: &[String],
+    status: &ExitStatus,
+    elapsed_s: f64,
+    local: u64,
+    where_: &str,
+    reports: &[Value],
+) {
+    let how = match status.code() {
+        Some(code) => format!("exited {code}"),
+        None => format!("was killed ({status})"),
+    };
+    eprintln!("memlend run: {} {how} after {elapsed_s:.1} s", cmd.join(" "));
+    if reports.is_empty() {
+        eprintln!("memlend run: no process made a large allocation; far memory was not used");
+        return;
+    }
+    let peak = reports.iter().filter_map(|r| r["peak_far_bytes"].as_u64()).max().unwrap_or(0);
+    eprintln!(
+        "memlend run: far memory on {where_}: {} process(es), peak {} far with {} local each",
+        reports.len(),
+        human(peak),
+        human(local)
+    );
+    eprintln!(
+        "memlend run: faults: {} zero-filled, {} from the store; pages: {} written back, {} clean dropped{}",
+        sum(reports, "faults_zero_filled"),
+        sum(reports, "faults_from_store"),
+        sum(reports, "pages_written_back"),
+        sum(reports, "pages_clean_dropped"),
+        match sum(reports, "pages_poisoned") {
+            0 => String::new(),
+            n => format!("; {n} POISONED (store read failed)"),
+        }
+    );
+}

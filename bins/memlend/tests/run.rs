@@ -1,0 +1,118 @@
+//! `memlend run` on unmodified programs: a C program, CPython with numpy and
+//! redis-server give the same results as a plain run while most of their
+//! memory lives on a donor or an SSD file; bad setups fail clearly; a donor
+//! that dies mid-run does not leave the program hanging.
+
+#[path = "run/common.rs"]
+mod common;
+#[path = "run/redis.rs"]
+mod redis;
+
+use common::*;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_c_program_on_an_ssd_file_matches_a_plain_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_heap", dir.path());
+    let cmd = [prog.to_str().unwrap(), "96"];
+    let ssd = dir.path().to_str().unwrap();
+    let far = memlend_run(&["--local", "16M", "--ssd", ssd], &cmd);
+    assert_same_output_and_far(&far, &plain_run(&cmd));
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1, "only the program is left, no page file: {left:?}");
+}
+
+#[test]
+fn a_c_program_on_a_donor_matches_a_plain_run() {
+    let donor = Donor::start("512M");
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_heap", dir.path());
+    let cmd = [prog.to_str().unwrap(), "96"];
+    let addr = donor.addr.to_string();
+    let far = memlend_run(&["--local", "16M", "--donor", &addr, "--insecure"], &cmd);
+    assert_same_output_and_far(&far, &plain_run(&cmd));
+}
+
+#[test]
+fn cpython_with_numpy_matches_a_plain_run() {
+    let python = "/usr/bin/python3";
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/progs/numpy_far.py");
+    let probe = Command::new(python).args(["-c", "import numpy"]).status();
+    assert!(
+        probe.is_ok_and(|s| s.success()),
+        "{python} with numpy is needed: install python3-numpy (scripts/setup.sh does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = [python, script, "96"];
+    let far = memlend_run(&["--local", "24M", "--ssd", dir.path().to_str().unwrap()], &cmd);
+    assert_same_output_and_far(&far, &plain_run(&cmd));
+}
+
+#[test]
+fn redis_server_keeps_every_value() {
+    redis::keeps_every_value();
+}
+
+#[test]
+fn an_unreachable_donor_is_a_clear_error() {
+    let out = memlend_run(&["--donor", "127.0.0.1:1", "--insecure"], &["true"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("cannot reach donor 127.0.0.1:1"), "{err}");
+}
+
+#[test]
+fn a_missing_program_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let ssd = dir.path().to_str().unwrap();
+    let out = memlend_run(&["--ssd", ssd], &["/nonexistent/prog"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("cannot start /nonexistent/prog"), "{err}");
+}
+
+#[test]
+fn the_exit_status_is_the_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ssd = dir.path().to_str().unwrap();
+    let out = memlend_run(&["--ssd", ssd, "--quiet"], &["sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+}
+
+/// The donor is killed while the program still needs pages from it: the
+/// program must end (SIGBUS on the page whose read failed, with the reason
+/// logged), not hang. Lossless failover is the reliability issue's work.
+#[test]
+fn a_donor_that_dies_mid_run_is_no_silent_hang() {
+    let mut donor = Donor::start("512M");
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_loop", dir.path());
+    let addr = donor.addr.to_string();
+    let mut child = Command::new(MEMLEND)
+        .args(["run", "--preload", shim().to_str().unwrap(), "--local", "8M"])
+        .args(["--donor", &addr, "--insecure", "--", prog.to_str().unwrap(), "64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 6];
+    std::io::Read::read_exact(&mut out, &mut first).expect("far_loop reports its first pass");
+    assert_eq!(&first, b"pass 1");
+    donor.child.kill().unwrap();
+    donor.child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the program hangs after its donor died");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "the program cannot have finished without its pages");
+    assert!(err.contains("failed"), "the reason is logged:\n{err}");
+}

@@ -1,0 +1,118 @@
+//! Shared by the `memlend run` tests: the binaries, a donor daemon, C
+//! programs compiled on the spot, and a run's summary parsed.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const MEMLEND: &str = env!("CARGO_BIN_EXE_memlend");
+
+/// A binary built beside `memlend` by `make build` (cargo builds only this
+/// package's binaries for its tests).
+pub fn sibling(name: &str) -> PathBuf {
+    let path = Path::new(MEMLEND).with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --release --workspace` first (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// The preload shim, checked to be newer than its sources so a test never
+/// runs a stale one.
+pub fn shim() -> PathBuf {
+    let so = sibling("libmemlend_preload.so");
+    let built = so.metadata().unwrap().modified().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/preload/src");
+    for entry in std::fs::read_dir(&src).unwrap().flatten() {
+        let changed = entry.metadata().unwrap().modified().unwrap();
+        assert!(changed <= built, "{} is older than its sources: rebuild it", so.display());
+    }
+    so
+}
+
+pub struct Donor {
+    pub addr: SocketAddr,
+    pub child: Child,
+}
+
+impl Donor {
+    pub fn start(lend: &str) -> Donor {
+        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut child = Command::new(sibling("memlendd"))
+            .args(["--lend", lend, "--insecure", "--listen", &addr.to_string()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(addr).is_err() {
+            assert!(child.try_wait().unwrap().is_none(), "memlendd exited early");
+            assert!(Instant::now() < deadline, "memlendd did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Donor { addr, child }
+    }
+}
+
+impl Drop for Donor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Compile `tests/progs/NAME.c` into `dir`.
+pub fn compile(name: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/progs/{name}.c"));
+    let out = dir.join(name);
+    let status = Command::new("cc")
+        .args(["-O2", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc not found: install build-essential (scripts/setup.sh does)");
+    assert!(status.success(), "cc failed on {}", src.display());
+    out
+}
+
+/// `memlend run ARGS -- CMD`, with its output.
+pub fn memlend_run(args: &[&str], cmd: &[&str]) -> Output {
+    Command::new(MEMLEND)
+        .arg("run")
+        .arg("--preload")
+        .arg(shim())
+        .args(args)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .unwrap()
+}
+
+pub fn plain_run(cmd: &[&str]) -> Output {
+    Command::new(cmd[0]).args(&cmd[1..]).output().unwrap()
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// "N from the store" in the run's summary: faults that read pages back.
+pub fn faults_from_store(stderr: &str) -> u64 {
+    let line = stderr.lines().find(|l| l.contains("from the store")).unwrap_or_else(|| {
+        panic!("no far-memory summary in:\n{stderr}");
+    });
+    let before = line.split(" from the store").next().unwrap();
+    before.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Assert the run ended well, printed what the plain run printed, and
+/// really used far memory.
+pub fn assert_same_output_and_far(far: &Output, plain: &Output) {
+    let (err, out) = (text(&far.stderr), text(&far.stdout));
+    assert!(far.status.success(), "memlend run failed: {}\n{err}", far.status);
+    assert!(plain.status.success(), "plain run failed: {}", text(&plain.stderr));
+    assert_eq!(out, text(&plain.stdout), "output differs under memlend run\n{err}");
+    assert!(faults_from_store(&err) > 0, "far memory was not used:\n{err}");
+}

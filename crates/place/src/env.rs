@@ -1,0 +1,22 @@
+//! The environment through which `memlend run` configures its preload shim
+//! in the program it starts (and in every program that one execs).
+
+/// Local budget in bytes; the shim does nothing without it.
+pub const LOCAL: &str = "MEMLEND_LOCAL";
+/// Far region size in bytes; default: what the placement has room for.
+pub const FAR: &str = "MEMLEND_FAR";
+/// Comma-separated donor addresses.
+pub const DONORS: &str = "MEMLEND_DONORS";
+/// SSD path (file, directory or block device) when there are no donors.
+pub const SSD: &str = "MEMLEND_SSD";
+/// Cluster key file.
+pub const KEY: &str = "MEMLEND_KEY";
+/// "1": donors without a key are fine.
+pub const INSECURE: &str = "MEMLEND_INSECURE";
+/// Allocations from this many bytes up are far.
+pub const THRESHOLD: &str = "MEMLEND_THRESHOLD";
+/// Directory for each process's `<pid>.json` counters at exit.
+pub const STATS_DIR: &str = "MEMLEND_STATS_DIR";
+
+/// Far allocations start at this size unless told otherwise.
+pub const DEFAULT_THRESHOLD_BYTES: u64 = 1 << 20;

@@ -1,0 +1,281 @@
+//! The symbols a program's calls land on under LD_PRELOAD. Small requests
+//! and anything not far go straight to the next allocator (see `next`) or
+//! the kernel: the cost of the shim on them is one compare (sizes) or one
+//! range check (pointers).
+
+use crate::libc_alloc as glibc;
+use crate::ops::enomem_if_null;
+use crate::{far, next, ops, sys, thread_kind};
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+/// Most alignment a far block can have: the arena aligns by pages, and a
+/// larger alignment would waste a whole stretch of the region per block.
+const MAX_FAR_ALIGN: usize = 1 << 30;
+
+/// # Safety
+/// The C contract of malloc.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    ops::malloc_any(size)
+}
+
+/// # Safety
+/// The C contract of calloc. Far blocks are zero already: freed pages are
+/// discarded before reuse.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    if thread_kind::ours() {
+        // SAFETY: glibc's calloc.
+        return unsafe { glibc::__libc_calloc(n, size) };
+    }
+    let Some(total) = n.checked_mul(size) else {
+        sys::set_errno(libc::ENOMEM);
+        return null_mut();
+    };
+    match ops::alloc(total, 1) {
+        Some(p) => enomem_if_null(p),
+        None => next::calloc(n, size),
+    }
+}
+
+/// # Safety
+/// The C contract of free.
+#[no_mangle]
+pub unsafe extern "C" fn free(ptr: *mut c_void) {
+    if thread_kind::ours() {
+        // SAFETY: our threads allocate from glibc only.
+        return unsafe { glibc::__libc_free(ptr) };
+    }
+    if !ops::free(ptr) {
+        // SAFETY: not far, so it came from the next allocator (or is null).
+        unsafe { next::free(ptr) }
+    }
+}
+
+/// # Safety
+/// The C contract of realloc.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    if thread_kind::ours() {
+        // SAFETY: our threads allocate from glibc only.
+        return unsafe { glibc::__libc_realloc(ptr, size) };
+    }
+    if ptr.is_null() {
+        return ops::malloc_any(size);
+    }
+    if far::contains(ptr as usize) && far::heap().is_none() {
+        tracing::error!("realloc of far memory in a forked child: its contents are not here");
+        sys::set_errno(libc::ENOMEM);
+        return null_mut();
+    }
+    if let Some((heap, page, block)) = ops::malloc_block(ptr) {
+        if size == 0 {
+            ops::free(ptr);
+            return null_mut();
+        }
+        return ops::realloc_far(heap, ptr, page, block, size);
+    }
+    if size < far::THRESHOLD.load(std::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: `ptr` is the next allocator's.
+        return unsafe { next::realloc(ptr, size) };
+    }
+    // A local block grows past the threshold: move it to far memory.
+    let Some(new) = ops::alloc(size, 1).filter(|p| !p.is_null()) else {
+        // SAFETY: `ptr` is the next allocator's.
+        return unsafe { next::realloc(ptr, size) };
+    };
+    // SAFETY: `ptr` is the next allocator's and holds `usable` bytes;
+    // `new` holds `size`.
+    unsafe {
+        let usable = next::usable_size(ptr);
+        std::ptr::copy_nonoverlapping(ptr as *const u8, new as *mut u8, usable.min(size));
+        next::free(ptr);
+    }
+    new
+}
+
+/// # Safety
+/// The C contract of reallocarray.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        // SAFETY: as realloc.
+        Some(total) => unsafe { realloc(ptr, total) },
+        None => {
+            sys::set_errno(libc::ENOMEM);
+            null_mut()
+        }
+    }
+}
+
+fn aligned(align: usize, size: usize) -> *mut c_void {
+    if thread_kind::ours() {
+        // SAFETY: glibc's memalign; `align` was checked by the caller.
+        return unsafe { glibc::__libc_memalign(align, size) };
+    }
+    if align <= MAX_FAR_ALIGN {
+        if let Some(p) = ops::alloc(size, align) {
+            return enomem_if_null(p);
+        }
+    }
+    next::memalign(align, size)
+}
+
+/// # Safety
+/// The C contract of posix_memalign.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
+    if !align.is_power_of_two() || align < size_of::<usize>() {
+        return libc::EINVAL;
+    }
+    let p = aligned(align, size);
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller passes a valid pointer to store the result in.
+    unsafe { *out = p };
+    0
+}
+
+/// # Safety
+/// The C contract of aligned_alloc.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        sys::set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    aligned(align, size)
+}
+
+/// # Safety
+/// The C contract of memalign.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: as aligned_alloc.
+    unsafe { aligned_alloc(align, size) }
+}
+
+/// # Safety
+/// The C contract of valloc.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    aligned(4096, size)
+}
+
+/// # Safety
+/// The C contract of pvalloc.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    aligned(4096, size.next_multiple_of(4096).max(4096))
+}
+
+/// # Safety
+/// The C contract of malloc_usable_size.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
+    if thread_kind::ours() {
+        return 0;
+    }
+    if let Some(size) = ops::usable_size(ptr) {
+        return size;
+    }
+    // SAFETY: not far, so the next allocator's.
+    unsafe { next::usable_size(ptr) }
+}
+
+/// Is this mmap a plain anonymous private read-write one, placed anywhere?
+fn far_mmap_eligible(prot: i32, flags: i32, fd: i32) -> bool {
+    let wanted = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let refused = libc::MAP_SHARED
+        | libc::MAP_FIXED
+        | libc::MAP_FIXED_NOREPLACE
+        | libc::MAP_HUGETLB
+        | libc::MAP_GROWSDOWN
+        | libc::MAP_STACK
+        | libc::MAP_POPULATE;
+    flags & wanted == wanted
+        && flags & refused == 0
+        && fd == -1
+        && prot == libc::PROT_READ | libc::PROT_WRITE
+}
+
+/// # Safety
+/// The C contract of mmap.
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: i64,
+) -> *mut c_void {
+    if far_mmap_eligible(prot, flags, fd) {
+        if let Some(p) = ops::mmap(addr as usize, len) {
+            return p;
+        }
+    }
+    // SAFETY: passed through as asked.
+    unsafe { sys::mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// # Safety
+/// The C contract of mmap64 (the same call on 64-bit).
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: as mmap.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// # Safety
+/// The C contract of munmap.
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
+    match ops::munmap(addr as usize, len) {
+        Some(rc) => rc,
+        // SAFETY: passed through as asked.
+        None => unsafe { sys::munmap(addr, len) },
+    }
+}
+
+/// # Safety
+/// The C contract of mremap. It is variadic in C; the fifth argument is
+/// read only with MREMAP_FIXED, and on x86-64 and aarch64 a variadic
+/// integer argument travels exactly like a fixed one.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: i32,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    match ops::mremap(old as usize, old_len, new_len, flags) {
+        Some(p) => p,
+        // SAFETY: passed through as asked.
+        None => unsafe { sys::mremap(old, old_len, new_len, flags, new_addr) },
+    }
+}
+
+/// # Safety
+/// The C contract of madvise. Huge-page advice on far memory is dropped:
+/// the fault handler maps and evicts 4 KiB pages.
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
+    const MADV_COLLAPSE: i32 = 25;
+    let ignored = [libc::MADV_HUGEPAGE, libc::MADV_NOHUGEPAGE, libc::MADV_DOFORK, MADV_COLLAPSE];
+    if far::contains(addr as usize) && ignored.contains(&advice) {
+        return 0;
+    }
+    // SAFETY: passed through as asked.
+    unsafe { sys::madvise(addr, len, advice) }
+}

@@ -1,0 +1,156 @@
+//! The far heap: one far-memory region, made on the first large allocation,
+//! carved into page-granular blocks by the arena. Every function here is
+//! called from the exported allocator symbols; `None`/`false` from them means
+//! "not far memory, pass through".
+
+use crate::arena::Arena;
+use crate::config::Config;
+use anyhow::{Context, Result};
+use memlend_fault::{Region, RegionConfig};
+use memlend_store::PAGE_SIZE;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+const UNCONFIGURED: u8 = 0;
+const INERT: u8 = 1;
+const CONFIGURED: u8 = 2;
+const STARTING: u8 = 3;
+const READY: u8 = 4;
+const FAILED: u8 = 5;
+/// A forked child: the region is not in its address space (MADV_DONTFORK).
+const CHILD: u8 = 6;
+
+static STATE: AtomicU8 = AtomicU8::new(UNCONFIGURED);
+/// Sizes from this up are far; `usize::MAX` while inert.
+pub static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
+static BASE: AtomicUsize = AtomicUsize::new(0);
+static LEN: AtomicUsize = AtomicUsize::new(0);
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static HEAP: OnceLock<Heap> = OnceLock::new();
+
+pub struct Heap {
+    pub region: Region,
+    arena: Mutex<Arena>,
+    pub describe: String,
+}
+
+/// Read the environment once, at load time, before `main`.
+pub fn configure() {
+    match crate::config::from_env() {
+        Ok(Some(cfg)) => {
+            THRESHOLD.store(cfg.threshold_bytes, Relaxed);
+            let _ = CONFIG.set(cfg);
+            STATE.store(CONFIGURED, Relaxed);
+        }
+        Ok(None) => STATE.store(INERT, Relaxed),
+        Err(e) => {
+            eprintln!("memlend: far memory is off: {e:#}");
+            STATE.store(INERT, Relaxed);
+        }
+    }
+}
+
+/// Is `addr` inside the far region (of this process)?
+pub fn contains(addr: usize) -> bool {
+    addr.wrapping_sub(BASE.load(Relaxed)) < LEN.load(Relaxed)
+}
+
+/// Where the exit report goes, if anywhere.
+pub fn stats_dir() -> Option<&'static std::path::Path> {
+    CONFIG.get()?.stats_dir.as_deref()
+}
+
+/// The heap, made on first use. A thread that finds it being made by
+/// another (or by itself, allocating while it makes it) passes through.
+pub fn heap() -> Option<&'static Heap> {
+    match STATE.load(Acquire) {
+        READY => HEAP.get(),
+        CONFIGURED => start(),
+        _ => None,
+    }
+}
+
+fn start() -> Option<&'static Heap> {
+    if STATE.compare_exchange(CONFIGURED, STARTING, Acquire, Relaxed).is_err() {
+        return None;
+    }
+    let cfg = CONFIG.get()?;
+    match std::panic::catch_unwind(|| build(cfg)) {
+        Ok(Ok(heap)) => {
+            BASE.store(heap.region.as_ptr() as usize, Relaxed);
+            let _ = HEAP.set(heap);
+            LEN.store(HEAP.get()?.region.len(), Relaxed);
+            STATE.store(READY, std::sync::atomic::Ordering::Release);
+            crate::report::at_exit();
+            HEAP.get()
+        }
+        Ok(Err(e)) => fail(&format!("{e:#}")),
+        Err(_) => fail("panicked while starting"),
+    }
+}
+
+fn fail(why: &str) -> Option<&'static Heap> {
+    eprintln!("memlend: cannot start far memory: {why}; large allocations fail (ENOMEM)");
+    STATE.store(FAILED, Relaxed);
+    None
+}
+
+/// Large allocations fail (ENOMEM) rather than silently going local once
+/// far memory was asked for and could not start: running out of local
+/// memory is what the user came to avoid.
+pub fn failed() -> bool {
+    STATE.load(Relaxed) == FAILED
+}
+
+fn build(cfg: &Config) -> Result<Heap> {
+    crate::report::init_logging();
+    let opened = cfg.placement.open(cfg.far_bytes.map(|b| b.div_ceil(PAGE_SIZE as u64)))?;
+    let pages = opened.pages.min(u64::from(u32::MAX));
+    let budget_pages = (cfg.local_bytes / PAGE_SIZE as u64).max(1) as usize;
+    let rc = RegionConfig {
+        size_bytes: pages as usize * PAGE_SIZE,
+        budget_pages,
+        evict_batch_pages: RegionConfig::default().evict_batch_pages.min(budget_pages),
+    };
+    let region = Region::new(rc, opened.store).context("far-memory region")?;
+    // A forked child must not see a copy of the region without its handler:
+    // pages not resident would read as zeroes. It sees nothing instead.
+    // SAFETY: advice on a mapping this process owns; it changes no contents.
+    let rc =
+        unsafe { crate::sys::madvise(region.as_ptr().cast(), region.len(), libc::MADV_DONTFORK) };
+    anyhow::ensure!(rc == 0, "madvise(MADV_DONTFORK): {}", std::io::Error::last_os_error());
+    // SAFETY: registers a plain function; it runs in the child after fork.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    tracing::info!(pages, budget_pages, "far memory on {}", opened.describe);
+    Ok(Heap { region, arena: Mutex::new(Arena::new(pages)), describe: opened.describe })
+}
+
+extern "C" fn after_fork_in_child() {
+    if STATE.load(Relaxed) == READY {
+        STATE.store(CHILD, Relaxed);
+    }
+}
+
+impl Heap {
+    pub fn arena(&self) -> MutexGuard<'_, Arena> {
+        self.arena.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn addr(&self, page: u64) -> usize {
+        self.region.as_ptr() as usize + page as usize * PAGE_SIZE
+    }
+
+    pub fn page_of(&self, addr: usize) -> u64 {
+        ((addr - self.region.as_ptr() as usize) / PAGE_SIZE) as u64
+    }
+
+    /// Drop pages' contents: they read as zero after, cost no local budget
+    /// and hold nothing in the store. Called before pages go back to the
+    /// arena, so a new owner can never lose a write to it.
+    pub fn discard(&self, page: u64, pages: u64) {
+        let (off, len) = (page as usize * PAGE_SIZE, pages as usize * PAGE_SIZE);
+        if let Err(e) = self.region.discard(off, len) {
+            tracing::error!("discarding far pages {page}+{pages}: {e}");
+        }
+    }
+}

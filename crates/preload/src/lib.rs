@@ -1,0 +1,51 @@
+//! The LD_PRELOAD shim behind `memlend run`: an unmodified program's large
+//! allocations (malloc, calloc, realloc, posix_memalign, aligned_alloc,
+//! memalign, valloc, pvalloc from `MEMLEND_THRESHOLD` up, 1 MiB by default,
+//! and anonymous private read-write mmap of that size) are carved from one
+//! far-memory region, whose pages beyond the local budget live on donors or
+//! a local SSD file. Everything else goes straight to glibc or the kernel.
+//!
+//! - The region is made on the first large allocation, not at load, so the
+//!   many small processes a shell script starts never open a store.
+//! - The shim's own Rust code allocates from glibc's `__libc_*` functions
+//!   (the global allocator below), so it cannot re-enter itself. The
+//!   program's small allocations go to the next allocator in link order
+//!   (glibc's, or the program's own, such as redis-server's jemalloc).
+//! - fork: the region is MADV_DONTFORK; a child has no far memory (touching
+//!   the parent's far blocks faults), its new large allocations are local,
+//!   and its frees of far blocks are no-ops. exec: a new program starts a
+//!   region of its own if it makes large allocations.
+//!
+//! See docs/run.md.
+
+// Unit tests build without the exported symbols (they would replace the
+// test harness's own malloc), so the code only they reach looks dead there.
+#![cfg_attr(test, allow(dead_code))]
+
+mod arena;
+mod config;
+mod far;
+mod libc_alloc;
+mod next;
+mod ops;
+mod report;
+mod sys;
+mod thread_kind;
+
+#[cfg(not(test))]
+mod exports;
+
+#[cfg(not(test))]
+#[global_allocator]
+static GLOBAL: libc_alloc::LibcAlloc = libc_alloc::LibcAlloc;
+
+/// Runs when the library is loaded, before the program's `main`.
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static CONFIGURE: extern "C" fn() = {
+    extern "C" fn configure() {
+        far::configure();
+    }
+    configure
+};

@@ -1,0 +1,211 @@
+//! Allocator operations on the far heap, in the terms the exported symbols
+//! need. Each returns `None` when the request is not (or no longer) far, so
+//! the caller passes it through to glibc or the kernel.
+
+use crate::arena::Block;
+use crate::libc_alloc as glibc;
+use crate::{far, next, thread_kind};
+use memlend_store::PAGE_SIZE;
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+fn pages_for(bytes: usize) -> u64 {
+    bytes.div_ceil(PAGE_SIZE).max(1) as u64
+}
+
+/// A far block of `size` bytes aligned to `align` (a power of two), zeroed.
+/// `None`: not for far memory (pass through). `Some(null)`: ENOMEM.
+pub fn alloc(size: usize, align: usize) -> Option<*mut c_void> {
+    if size < far::THRESHOLD.load(Relaxed) {
+        return None;
+    }
+    let Some(heap) = far::heap() else {
+        return far::failed().then_some(null_mut());
+    };
+    let align_pages = (align / PAGE_SIZE).max(1) as u64;
+    match heap.arena().alloc(pages_for(size), align_pages, size as u64, false) {
+        Some(page) => Some(heap.addr(page) as *mut c_void),
+        None => {
+            full_once(size);
+            None
+        }
+    }
+}
+
+/// When the far region is full, allocations go local, with one warning.
+fn full_once(size: usize) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Relaxed) {
+        tracing::warn!("far memory is full ({size} bytes asked); large allocations go local");
+    }
+}
+
+/// The far malloc block starting at `ptr`, if it is one. Anything else in
+/// the region (an object another allocator carved from memory it got from
+/// our mmap) belongs to that allocator.
+pub fn malloc_block(ptr: *mut c_void) -> Option<(&'static far::Heap, u64, Block)> {
+    if !far::contains(ptr as usize) || !(ptr as usize).is_multiple_of(PAGE_SIZE) {
+        return None;
+    }
+    let heap = far::heap()?;
+    let page = heap.page_of(ptr as usize);
+    let block = heap.arena().block(page).filter(|b| !b.mapped)?;
+    Some((heap, page, block))
+}
+
+/// Free a far malloc block. `false`: not one of ours, pass it on.
+pub fn free(ptr: *mut c_void) -> bool {
+    if far::contains(ptr as usize) && far::heap().is_none() {
+        return true; // a forked child: the region is not mapped here
+    }
+    let Some((heap, page, block)) = malloc_block(ptr) else { return false };
+    heap.discard(page, block.pages);
+    heap.arena().free(page);
+    true
+}
+
+/// Usable bytes of a far malloc block, or `None` if `ptr` is not one.
+pub fn usable_size(ptr: *mut c_void) -> Option<usize> {
+    malloc_block(ptr).map(|(_, _, block)| block.pages as usize * PAGE_SIZE)
+}
+
+/// realloc of a far block: shrink or grow in place when the arena allows,
+/// else move (to far memory, or local if the new size is small).
+/// `ptr` must be a far malloc block (see [`malloc_block`]).
+pub fn realloc_far(
+    heap: &far::Heap,
+    ptr: *mut c_void,
+    page: u64,
+    block: Block,
+    size: usize,
+) -> *mut c_void {
+    // A shrink stays in place (even below the threshold: a copy to local
+    // memory would fault every page in); a grow stays if the pages after
+    // the block are free.
+    let pages = pages_for(size);
+    if pages < block.pages {
+        heap.discard(page + pages, block.pages - pages);
+    }
+    if heap.arena().resize(page, pages, size as u64).is_some() {
+        return ptr;
+    }
+    move_block(ptr, block.size_bytes as usize, size)
+}
+
+fn move_block(ptr: *mut c_void, old_bytes: usize, size: usize) -> *mut c_void {
+    let new = malloc_any(size);
+    if !new.is_null() {
+        let n = old_bytes.min(size);
+        // SAFETY: both blocks hold at least `n` bytes; a new block never
+        // overlaps a live one.
+        unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, new as *mut u8, n) };
+        free(ptr);
+    }
+    new
+}
+
+/// mmap of anonymous private read-write memory from the far heap, at the
+/// hinted address when that is free. `None`: not far.
+pub fn mmap(hint: usize, len: usize) -> Option<*mut c_void> {
+    if len < far::THRESHOLD.load(Relaxed) {
+        return None;
+    }
+    let heap = far::heap()?;
+    let pages = pages_for(len);
+    let mut arena = heap.arena();
+    if hint != 0 && far::contains(hint) && hint.is_multiple_of(PAGE_SIZE) {
+        let page = heap.page_of(hint);
+        if arena.alloc_at(page, pages, len as u64, true) {
+            return Some(hint as *mut c_void);
+        }
+    }
+    arena.alloc(pages, 1, len as u64, true).map(|page| heap.addr(page) as *mut c_void)
+}
+
+/// munmap of (part of) the far heap. `None`: not far.
+pub fn munmap(addr: usize, len: usize) -> Option<i32> {
+    if !far::contains(addr) {
+        return None;
+    }
+    let Some(heap) = far::heap() else { return Some(0) };
+    if !addr.is_multiple_of(PAGE_SIZE) || len == 0 {
+        crate::sys::set_errno(libc::EINVAL);
+        return Some(-1);
+    }
+    let (page, pages) = (heap.page_of(addr), pages_for(len));
+    let end = (page + pages).min(heap.region.len() as u64 / PAGE_SIZE as u64);
+    heap.discard(page, end - page);
+    heap.arena().free_range(page, end - page, |_, _| {});
+    Some(0)
+}
+
+/// mremap of a far block: in place if the arena allows, else (MAYMOVE) a
+/// new block and a copy. `None`: not far.
+pub fn mremap(old: usize, old_len: usize, new_len: usize, flags: i32) -> Option<*mut c_void> {
+    if !far::contains(old) {
+        return None;
+    }
+    let fail = |e| {
+        crate::sys::set_errno(e);
+        Some(libc::MAP_FAILED)
+    };
+    let Some(heap) = far::heap() else { return fail(libc::EFAULT) };
+    if flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
+        return fail(libc::EINVAL);
+    }
+    let page = heap.page_of(old);
+    let Some(block) = heap.arena().block(page) else { return fail(libc::EINVAL) };
+    let pages = pages_for(new_len);
+    if pages < block.pages {
+        heap.discard(page + pages, block.pages - pages);
+    }
+    if heap.arena().resize(page, pages, new_len as u64).is_some() {
+        return Some(old as *mut c_void);
+    }
+    if flags & libc::MREMAP_MAYMOVE == 0 {
+        return fail(libc::ENOMEM);
+    }
+    let new = mmap_any(new_len);
+    if new == libc::MAP_FAILED {
+        return Some(new);
+    }
+    // SAFETY: the old block holds `old_len` bytes (checked against the
+    // block), the new one `new_len`; they do not overlap.
+    unsafe {
+        let n = old_len.min(new_len).min(block.pages as usize * PAGE_SIZE);
+        std::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, n);
+    }
+    munmap(old, block.pages as usize * PAGE_SIZE);
+    Some(new)
+}
+
+/// malloc for the shim's own use (realloc moves): far or glibc.
+pub fn malloc_any(size: usize) -> *mut c_void {
+    if thread_kind::ours() {
+        // SAFETY: glibc's malloc.
+        return unsafe { glibc::__libc_malloc(size) };
+    }
+    match alloc(size, 1) {
+        Some(p) => enomem_if_null(p),
+        None => next::malloc(size),
+    }
+}
+
+/// An anonymous read-write mapping for mremap moves: far or the kernel's.
+pub fn mmap_any(len: usize) -> *mut c_void {
+    if let Some(p) = mmap(0, len) {
+        return p;
+    }
+    let (prot, flags) =
+        (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
+    // SAFETY: a fresh mapping at an address of the kernel's choosing.
+    unsafe { crate::sys::mmap(null_mut(), len, prot, flags, -1, 0) }
+}
+
+pub fn enomem_if_null(p: *mut c_void) -> *mut c_void {
+    if p.is_null() {
+        crate::sys::set_errno(libc::ENOMEM);
+    }
+    p
+}

@@ -1,0 +1,70 @@
+//! What the shim says: warnings and errors on stderr (filtered by
+//! MEMLEND_LOG, `warn` by default so a program's own output stays its own),
+//! and the region's counters in `<stats dir>/<pid>.json` at exit, which
+//! `memlend run` sums up after the program ends.
+
+use crate::far;
+use memlend_store::PAGE_SIZE;
+use std::fmt::Write;
+
+pub fn init_logging() {
+    let filter = tracing_subscriber_filter();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn tracing_subscriber_filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env("MEMLEND_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+}
+
+/// Register the exit report, if `memlend run` asked for one.
+pub fn at_exit() {
+    extern "C" fn report() {
+        if let Err(e) = write_stats() {
+            eprintln!("memlend: cannot write far-memory stats: {e}");
+        }
+    }
+    // SAFETY: registers a plain function to run at normal exit.
+    unsafe { libc::atexit(report) };
+}
+
+fn write_stats() -> std::io::Result<()> {
+    let Some(dir) = far::stats_dir() else { return Ok(()) };
+    let Some(heap) = far::heap() else { return Ok(()) };
+    let s = heap.region.stats();
+    let (peak_pages, live_pages) = {
+        let arena = heap.arena();
+        (arena.peak_pages(), arena.live_pages())
+    };
+    let mut j = String::new();
+    let _ = write!(
+        j,
+        "{{\"pid\":{},\"store\":{:?},\"far_bytes\":{},\"peak_far_bytes\":{},\"live_far_bytes\":{},",
+        std::process::id(),
+        heap.describe,
+        heap.region.len(),
+        peak_pages * PAGE_SIZE as u64,
+        live_pages * PAGE_SIZE as u64,
+    );
+    let _ = write!(
+        j,
+        "\"faults_zero_filled\":{},\"faults_from_store\":{},\"pages_written_back\":{},\
+         \"pages_clean_dropped\":{},\"pages_zero_dropped\":{},\"faults_write_protect\":{},\
+         \"pages_poisoned\":{},\"pages_resident\":{}}}",
+        s.faults_zero_filled,
+        s.faults_from_store,
+        s.pages_written_back,
+        s.pages_clean_dropped,
+        s.pages_zero_dropped,
+        s.faults_write_protect,
+        s.pages_poisoned,
+        s.pages_resident
+    );
+    let path = dir.join(format!("{}.json", std::process::id()));
+    std::fs::write(path, j)
+}
