@@ -49,9 +49,10 @@ pub fn print(
         human(local)
     );
     eprintln!(
-        "memlend run: faults: {} zero-filled, {} from the store; pages: {} written back, {} clean dropped{}",
+        "memlend run: faults: {} zero-filled, {} from the store; pages: {} prefetched, {} written back, {} clean dropped{}",
         sum(reports, "faults_zero_filled"),
         sum(reports, "faults_from_store"),
+        sum(reports, "pages_prefetched"),
         sum(reports, "pages_written_back"),
         sum(reports, "pages_clean_dropped"),
         match sum(reports, "pages_poisoned") {

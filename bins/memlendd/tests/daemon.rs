@@ -132,7 +132,9 @@ fn far_memory_region_over_the_real_daemon() {
     }
     let st = region.stats();
     assert!(st.pages_resident <= 1024, "{st:?}");
-    assert!(st.faults_from_store >= 3000, "most pages came back from the donor: {st:?}");
+    // Read back in reverse, so prefetch may fetch some along the trend.
+    let fetched = st.faults_from_store + region.handler_stats().pages_prefetched;
+    assert!(fetched >= 3000, "most pages came back from the donor: {st:?}");
     drop(region);
     child.kill().unwrap();
     child.wait().unwrap();

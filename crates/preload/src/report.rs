@@ -37,6 +37,7 @@ fn write_stats() -> std::io::Result<()> {
     let Some(dir) = far::stats_dir() else { return Ok(()) };
     let Some(heap) = far::heap() else { return Ok(()) };
     let s = heap.region.stats();
+    let h = heap.region.handler_stats();
     let (peak_pages, live_pages) = {
         let arena = heap.arena();
         (arena.peak_pages(), arena.live_pages())
@@ -55,7 +56,7 @@ fn write_stats() -> std::io::Result<()> {
         j,
         "\"faults_zero_filled\":{},\"faults_from_store\":{},\"pages_written_back\":{},\
          \"pages_clean_dropped\":{},\"pages_zero_dropped\":{},\"faults_write_protect\":{},\
-         \"pages_poisoned\":{},\"pages_resident\":{}}}",
+         \"pages_poisoned\":{},\"pages_resident\":{},\"pages_prefetched\":{}}}",
         s.faults_zero_filled,
         s.faults_from_store,
         s.pages_written_back,
@@ -63,7 +64,8 @@ fn write_stats() -> std::io::Result<()> {
         s.pages_zero_dropped,
         s.faults_write_protect,
         s.pages_poisoned,
-        s.pages_resident
+        s.pages_resident,
+        h.pages_prefetched
     );
     let path = dir.join(format!("{}.json", std::process::id()));
     std::fs::write(path, j)

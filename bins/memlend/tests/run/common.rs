@@ -98,13 +98,18 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// "N from the store" in the run's summary: faults that read pages back.
-pub fn faults_from_store(stderr: &str) -> u64 {
-    let line = stderr.lines().find(|l| l.contains("from the store")).unwrap_or_else(|| {
+/// The number before `what` in the run's far-memory summary.
+fn summary_count(stderr: &str, what: &str) -> u64 {
+    let line = stderr.lines().find(|l| l.contains(what)).unwrap_or_else(|| {
         panic!("no far-memory summary in:\n{stderr}");
     });
-    let before = line.split(" from the store").next().unwrap();
+    let before = line.split(what).next().unwrap();
     before.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Pages read back from the store, by faults or by prefetch.
+pub fn faults_from_store(stderr: &str) -> u64 {
+    summary_count(stderr, " from the store") + summary_count(stderr, " prefetched")
 }
 
 /// Assert the run ended well, printed what the plain run printed, and
