@@ -5,7 +5,7 @@
 use crate::{Opened, DEFAULT_MAX_PAGES};
 use anyhow::{bail, Context, Result};
 use memlend_store::file::{FileOptions, FileStore};
-use memlend_store::{PageStore, PAGE_SIZE};
+use memlend_store::{PageStore, StoreError, PAGE_SIZE};
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -45,17 +45,33 @@ fn create(path: &Path, pages: Option<u64>) -> Result<Opened> {
     if pages == 0 {
         bail!("{} has no free space for pages", dir.display());
     }
-    let store = FileStore::create(path, pages, FileOptions::default())
-        .with_context(|| format!("cannot create {}", path.display()))?;
+    let store = create_direct(path, pages)?;
     // The open descriptor keeps the file; the name would only be left behind.
     std::fs::remove_file(path).with_context(|| format!("cannot unlink {}", path.display()))?;
     let describe = format!("file {} (unlinked)", path.display());
     Ok(Opened { store: Arc::new(store), pages, describe })
 }
 
+/// O_DIRECT, so the pages sit on the disk and not in the page cache: a
+/// buffered file would hand the memory we saved straight back to the
+/// kernel's cache (measured: a 4 GiB region on 1 GiB local grew the cache by
+/// 4 GiB). Where the file system refuses O_DIRECT (tmpfs), buffered, said.
+fn create_direct(path: &Path, pages: u64) -> Result<FileStore> {
+    let direct = FileOptions { direct: true };
+    match FileStore::create(path, pages, direct) {
+        Ok(store) => Ok(store),
+        Err(StoreError::Unavailable(why)) => {
+            tracing::warn!("{why}; using the page cache, which costs local memory");
+            FileStore::create(path, pages, FileOptions::default())
+                .with_context(|| format!("cannot create {}", path.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+    }
+}
+
 fn open_device(path: &Path, pages: Option<u64>) -> Result<Opened> {
     let len_bytes = pages.map(|p| p * PAGE_SIZE as u64);
-    let store = FileStore::open(path, len_bytes, FileOptions::default())
+    let store = FileStore::open(path, len_bytes, FileOptions { direct: true })
         .with_context(|| format!("cannot open {}", path.display()))?;
     let pages = store.info().pages;
     Ok(Opened { store: Arc::new(store), pages, describe: format!("device {}", path.display()) })
