@@ -20,8 +20,8 @@ pub struct RunArgs {
     /// Default: half of MemAvailable.
     #[arg(long, value_parser = parse_size)]
     pub local: Option<u64>,
-    /// Size of the far region (per process). Default: what the donors (or
-    /// the SSD) have room for, at most 64 GiB.
+    /// Size of the far region (per process). Default: 8x --local, at least
+    /// 1 GiB, at most what the donors have free.
     #[arg(long, value_parser = parse_size)]
     pub far: Option<u64>,
     /// A donor's page-protocol address; repeat to stripe over several.
@@ -70,11 +70,12 @@ pub fn run(a: &RunArgs) -> Result<()> {
         key: a.key.clone(),
         insecure: a.insecure,
     };
-    let where_ = preflight(&placement, a.far)?;
+    let (where_, room) = preflight(&placement, a.far)?;
+    let far = a.far.unwrap_or_else(|| default_far(local, room));
     let stats_dir = tempdir()?;
     let mut cmd = Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..]);
-    set_env(&mut cmd, a, &shim_path, local, &stats_dir);
+    set_env(&mut cmd, a, &shim_path, (local, far), &stats_dir);
     let started = Instant::now();
     let status = spawn_and_wait(&mut cmd, &a.cmd[0]);
     let elapsed_s = started.elapsed().as_secs_f64();
@@ -87,16 +88,29 @@ pub fn run(a: &RunArgs) -> Result<()> {
     std::process::exit(exit_code(&status));
 }
 
+/// Far region size when --far is not given: 8x the local budget, at least
+/// 1 GiB, at most what the donors have free. Not all of their room: every
+/// process of the run that makes large allocations opens a region of this
+/// size, and the first must not take it all.
+fn default_far(local: u64, room: Option<u64>) -> u64 {
+    const MIN_FAR_BYTES: u64 = 1 << 30;
+    let far = local.saturating_mul(8).max(MIN_FAR_BYTES);
+    let far = room.map_or(far, |r| far.min(r));
+    far / 4096 * 4096
+}
+
 /// Fail here, with a clear message, rather than inside the program's first
 /// large malloc: donors must answer (and have room), the SSD path be usable.
-fn preflight(p: &Placement, far: Option<u64>) -> Result<String> {
+/// Returns where the pages go, and the donors' room in bytes.
+fn preflight(p: &Placement, far: Option<u64>) -> Result<(String, Option<u64>)> {
     if !p.donors.is_empty() {
         let room = memlend_place::room_on_donors(p)?;
         if let Some(far) = far.filter(|&f| f > room) {
             bail!("--far {} is more than the donors have free ({})", human(far), human(room));
         }
         let n = p.donors.len();
-        return Ok(if n == 1 { format!("donor {}", p.donors[0]) } else { format!("{n} donors") });
+        let where_ = if n == 1 { format!("donor {}", p.donors[0]) } else { format!("{n} donors") };
+        return Ok((where_, Some(room)));
     }
     let path = p.ssd.clone().unwrap_or_else(memlend_place::default_ssd_dir);
     let dir = if path.is_dir() { path.clone() } else { parent(&path) };
@@ -106,7 +120,7 @@ fn preflight(p: &Placement, far: Option<u64>) -> Result<String> {
     if path.is_file() {
         bail!("--ssd {} exists; give a new path, a directory or a block device", path.display());
     }
-    Ok(format!("SSD {}", path.display()))
+    Ok((format!("SSD {}", path.display()), None))
 }
 
 fn parent(path: &Path) -> PathBuf {
@@ -116,18 +130,18 @@ fn parent(path: &Path) -> PathBuf {
     }
 }
 
-fn set_env(cmd: &mut Command, a: &RunArgs, shim_path: &Path, local: u64, stats: &Path) {
+fn set_env(cmd: &mut Command, a: &RunArgs, lib: &Path, (local, far): (u64, u64), stats: &Path) {
     let preload = match std::env::var("LD_PRELOAD") {
-        Ok(old) if !old.is_empty() => format!("{}:{old}", shim_path.display()),
-        _ => shim_path.display().to_string(),
+        Ok(old) if !old.is_empty() => format!("{}:{old}", lib.display()),
+        _ => lib.display().to_string(),
     };
     cmd.env("LD_PRELOAD", preload)
         .env(shim::LOCAL, local.to_string())
+        .env(shim::FAR, far.to_string())
         .env(shim::THRESHOLD, a.threshold.to_string())
         .env(shim::STATS_DIR, stats);
     let donors: Vec<String> = a.donors.iter().map(|d| d.to_string()).collect();
     let optional = [
-        (shim::FAR, a.far.map(|f| f.to_string())),
         (shim::DONORS, (!donors.is_empty()).then(|| donors.join(","))),
         (shim::SSD, a.ssd.as_ref().map(|p| absolute(p).display().to_string())),
         (shim::KEY, a.key.as_ref().map(|p| absolute(p).display().to_string())),
