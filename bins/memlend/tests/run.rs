@@ -56,6 +56,18 @@ fn redis_server_keeps_every_value() {
 }
 
 #[test]
+fn a_forked_child_has_no_far_memory_and_the_parent_keeps_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_fork", dir.path());
+    let ssd = dir.path().to_str().unwrap();
+    let out = memlend_run(&["--local", "8M", "--ssd", ssd], &[prog.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{}\n{err}", out.status);
+    assert_eq!(text(&out.stdout), "far_fork ok\n");
+    assert!(faults_from_store(&err) > 0, "far memory was not used:\n{err}");
+}
+
+#[test]
 fn an_unreachable_donor_is_a_clear_error() {
     let out = memlend_run(&["--donor", "127.0.0.1:1", "--insecure"], &["true"]);
     let err = text(&out.stderr);
