@@ -27,16 +27,22 @@ cell to cell so drift in machine load favours none):
                  "swap to local RAM" bound, not a far-memory answer.
   memlend-donor  `memlend run --local BUDGET --donor 127.0.0.1:PORT --insecure
                  -- touch ...`, with `memlendd --lend ... --insecure` started here.
+                 BUDGET is the budget + 1 MiB: --local counts far pages only, and
+                 the malloc'd block is one page larger than the region.
+                 memlend, memlendd and libmemlend_preload.so are copied out of
+                 target/release when the run starts, so one run is one build
+                 (their mtimes are in the JSON).
   memlend-ssd    `memlend run --local BUDGET --ssd DIR -- touch ...`, DIR on
-                 the same disk as the swapfile. Its file goes through the page
-                 cache, so while RAM is plentiful its "far" pages sit in this
-                 machine's RAM (see the cache+ column).
-  memlend-ssd-cg the same inside the swap peers' cgroup limit, so the page cache
-                 its file fills counts against the budget as the swap cache
-                 does for kernel swap: the like-for-like disk comparison. It
-                 passes --far SIZE+256M (the swapfile's size): with the default
-                 far size (up to 64 GiB) memlend's own bookkeeping did not fit
-                 the cgroup slack and the memcg OOM killer ended the run.
+                 the same disk as the swapfile. The cache+ column checks that
+                 its "far" pages really leave RAM: before commit 4340e51 the
+                 file was buffered and a 4 GiB region grew the page cache by
+                 4 GiB; since then it is O_DIRECT.
+  memlend-ssd-cg the same inside the swap peers' cgroup limit, so everything
+                 memlend holds (its bookkeeping, any page cache) counts against
+                 the budget as the swap cache does for kernel swap. It passes
+                 --far SIZE+256M (the swapfile's size): with the default far
+                 size (up to 64 GiB) memlend's bookkeeping did not fit the
+                 cgroup slack and the memcg OOM killer ended the run.
 
 The floor, measured in the same run with shared/tools/floors: one userfaultfd
 missing fault fixed by UFFDIO_COPY (uffd_bench) plus one TCP loopback round
@@ -44,15 +50,25 @@ trip of 16 B request / 4 KiB reply (net_bench), p50, both with the handler on
 the same core (the best case) and on the other core. TCP stream bandwidth is
 measured too, for the sequential target.
 
-Reported per row: touches/s (at a small budget nearly every touch is a fault,
-so this is faults/s), latency p50/p99 of sampled single touches, throughput
-as a ratio to all-local and to swap-disk of the same cell, p50 over the floor,
-populate rate, the process's peak RSS, the share of the run in which some
-task on the machine waited for a CPU (PSI; this machine is shared and has 2
-cores, so a high figure marks a row as disturbed), how much the host's page cache grew
-while it ran (a file store that goes through the page cache keeps its "far"
-pages in this machine's RAM), and the read-back verdict. Prints a
-table, a targets summary, and writes bench/results/NAME.json and NAME.png.
+Reported per row: touches/s (at a small budget most touches fault, so this
+is faults/s), latency p50/p99 of sampled single touches (about 1 in 64, at
+random gaps), throughput as a ratio to all-local ("x local") and to swap-disk
+of the same cell ("x swap"), p50 over the same-core floor, populate rate, the
+read-back time, the process's peak RSS, how much the host's page cache grew
+while it ran ("cache+": a file store that goes through the page cache keeps
+its "far" pages in this machine's RAM), and the share of the run in which
+some task waited for a CPU ("cpu wait%", PSI; this machine has 2 cores and is
+shared, and memlend's own threads count too, so a high figure marks a row as
+possibly disturbed). All-local runs before and after each size x pattern
+group; the ratios divide by the mean of the two. Prints a table and the
+issue's targets as met/MISS, writes bench/results/NAME.json (every field of
+every run, memlend's own summary lines, the floors, the skips) and NAME.png
+(throughput / all-local against the budget, one line per peer, a panel per
+size and pattern). Before each run it waits up to --wait-quiet seconds for
+the CPUs to be 80% idle. --quick takes about 20 minutes here.
+
+If `target/release/memlend run` does not exist yet, the memlend rows are
+marked "skipped: ..." and everything else runs.
 
 The machine is left as found on every exit path (normal, error, Ctrl-C,
 SIGTERM, SIGHUP): swapoff, swapfile removed, zram0 reset, cgroup removed,
@@ -292,20 +308,55 @@ def build_touch(workdir):
     return out
 
 
-def memlend_run_available():
-    p = os.path.join(common.ROOT, "target", "release", "memlend")
+MEMLEND_FILES = ("memlend", "memlendd", "libmemlend_preload.so")
+BIN = {}  # name -> path of this run's snapshot
+
+
+def snapshot_memlend(workdir):
+    """Copy memlend, memlendd and the preload shim out of target/release into
+    the run's work dir, so every row of the run uses one build even if
+    someone rebuilds meanwhile. Returns (why not, or None; {file: mtime})."""
+    rel = os.path.join(common.ROOT, "target", "release")
+    p = os.path.join(rel, "memlend")
     if not os.path.exists(p):
-        return f"{p} is missing (cargo build --release -p memlend)"
+        return f"{p} is missing (cargo build --release -p memlend)", {}
     r = subprocess.run([p, "run", "--help"], capture_output=True, text=True)
     if r.returncode != 0:
         return "`memlend run` is not there yet in target/release/memlend (" + \
-               (r.stderr.strip().splitlines() or ["?"])[0] + ")"
-    return None
+               (r.stderr.strip().splitlines() or ["?"])[0] + ")", {}
+    d = os.path.join(workdir, "bin")
+    os.makedirs(d, exist_ok=True)
+    stamps = {}
+    for name in MEMLEND_FILES:
+        src = os.path.join(rel, name)
+        if not os.path.exists(src):
+            return f"{src} is missing", stamps
+        stamps[name] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(src)))
+        shutil.copy2(src, os.path.join(d, name))
+        BIN[name] = os.path.join(d, name)
+    return None, stamps
 
 
-def memlend_mtime():
-    p = os.path.join(common.ROOT, "target", "release", "memlend")
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(p))) if os.path.exists(p) else None
+class Donor:
+    """memlendd (this run's snapshot) on 127.0.0.1:port, in its own session;
+    stop() ends it (also from the undo stack)."""
+
+    def __init__(self, lend, port):
+        logf = open(os.path.join(os.path.dirname(BIN["memlendd"]), "memlendd.log"), "a")
+        self.proc = subprocess.Popen([BIN["memlendd"], "--lend", lend, "--listen", f"127.0.0.1:{port}",
+                                      "--insecure"], stdout=logf, stderr=logf, start_new_session=True)
+        self.tok = UNDO.push(f"stop memlendd {self.proc.pid}", self.stop)
+        common.wait_port(port)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        UNDO.done(self.tok)
 
 
 def run_child(argv, timeout_s, cgroup=None):
@@ -398,7 +449,11 @@ def run_cell(peer, size, budget, pattern, a, touch, machine, skips):
     cgroup = None
     swap_tok = None
     daemon = None
-    memlend = os.path.join(common.ROOT, "target", "release", "memlend")
+    memlend = BIN.get("memlend")
+    # memlend's --local counts far pages only; the malloc'd block is a page larger than the
+    # region (its header), so give it one MiB more: at exactly the region's size a sequential
+    # sweep over N+1 pages with N resident would miss on every touch
+    local = human(budget + MIB)
     try:
         if peer in ("swap-disk", "zram"):
             swap_tok = machine.swap_on(peer, size)
@@ -408,17 +463,15 @@ def run_cell(peer, size, budget, pattern, a, touch, machine, skips):
             row["cg_limit_mib"] = limit // MIB
         elif peer == "memlend-donor":
             port = common.free_port()
-            daemon = common.Daemon(["--lend", human(size + 512 * MIB), "--listen", f"127.0.0.1:{port}",
-                                    "--insecure"])
-            daemon.__enter__()
-            daemon_tok = UNDO.push("stop memlendd", lambda: daemon.__exit__(None, None, None))
-            argv = [memlend, "run", "--local", human(budget), "--donor", f"127.0.0.1:{port}", "--insecure",
-                    "--"] + argv
+            daemon = Donor(human(size + 512 * MIB), port)
+            argv = [memlend, "run", "--local", local, "--preload", BIN["libmemlend_preload.so"],
+                    "--donor", f"127.0.0.1:{port}", "--insecure", "--"] + argv
         elif peer in ("memlend-ssd", "memlend-ssd-cg"):
             ssd_dir = os.path.join(machine.workdir, "ssd")
             os.makedirs(ssd_dir, exist_ok=True)
             far = ["--far", human(size + 256 * MIB)] if peer == "memlend-ssd-cg" else []
-            argv = [memlend, "run", "--local", human(budget)] + far + ["--ssd", ssd_dir, "--"] + argv
+            argv = [memlend, "run", "--local", local, "--preload", BIN["libmemlend_preload.so"]] + far + \
+                ["--ssd", ssd_dir, "--"] + argv
             if peer == "memlend-ssd-cg":
                 limit = budget + a.slack_mib * MIB + size // 512
                 machine.set_limit(limit)
@@ -443,15 +496,14 @@ def run_cell(peer, size, budget, pattern, a, touch, machine, skips):
             row["pswpout"] = vm1["pswpout"] - vm0["pswpout"]
     finally:
         if daemon is not None:
-            daemon.__exit__(None, None, None)
-            UNDO.done(daemon_tok)
+            daemon.stop()
         if swap_tok is not None:
             machine.swap_off(peer, swap_tok)
     t = parse_touch(out)
     if t is None:
         row["error"] = err.strip()[-2000:] or "no output"
-        row.setdefault("note", f"failed (exit {rc})")
-        row["ok"] = False
+        row.setdefault("note", f"did not finish (exit {rc})")
+        row["ok"] = None  # no data to judge; False is kept for data that read back wrong
         return row
     row.update({k: t[k] for k in ("touches_per_s", "p50_us", "p99_us", "p999_us", "lat_mean_us",
                                   "populate_mb_per_s", "populate_s", "warmup_ops", "warmup_s", "ops", "seconds",
@@ -461,8 +513,7 @@ def run_cell(peer, size, budget, pattern, a, touch, machine, skips):
     if peer.startswith("memlend"):
         row["memlend_summary"] = [ln for ln in err.splitlines() if ln.startswith("memlend run:")]
     if rc != 0:
-        row["ok"] = False
-        row["note"] = f"exit {rc}"
+        row["note"] = f"exit {rc}" + ("" if t["ok"] else ": data read back wrong")
         row["error"] = err.strip()[-2000:]
     elif t["timed_out"]:
         row["note"] = f"time-bounded at {a.seconds:g} s"
@@ -663,7 +714,7 @@ def main():
     ap.add_argument("--slack-mib", type=int, default=16,
                     help="cgroup limit = budget + this + size/512 (program text, stack, page tables)")
     ap.add_argument("--no-verify", dest="verify", action="store_false", help="skip the read-back of every page")
-    ap.add_argument("--wait-quiet", type=float, default=30, metavar="S",
+    ap.add_argument("--wait-quiet", type=float, default=10, metavar="S",
                     help="before each run wait up to S s for the CPUs to be >= 80%% idle (0: don't)")
     ap.add_argument("--name", default="far_micro")
     a = ap.parse_args()
@@ -691,11 +742,11 @@ def main():
     t_start = time.time()
     rows, fl = [], {}
     machine = Machine(workdir)
-    skips = {}
+    skips, stamps = {}, {}
     try:
         machine.preflight("swap-disk" in peers, "zram" in peers)
         skips = {"swap-disk": machine.swap_skip, "zram": machine.zram_skip}
-        mr = memlend_run_available()
+        mr, stamps = snapshot_memlend(workdir)
         if mr:
             skips["memlend-donor"] = skips["memlend-ssd"] = skips["memlend-ssd-cg"] = mr
         elif machine.swap_skip and "needs root" in machine.swap_skip or "no cgroup" in (machine.swap_skip or ""):
@@ -756,7 +807,7 @@ def main():
         "thp": read("/sys/kernel/mm/transparent_hugepage/enabled"), "nproc": os.cpu_count(),
         "kernel": os.uname().release, "wall_s": round(time.time() - t_start),
         "git_head": sh(["git", "-C", common.ROOT, "rev-parse", "--short", "HEAD"], check=False).stdout.strip(),
-        "memlend_binary_mtime": memlend_mtime(),
+        "memlend_build_mtimes": stamps,
     }
     print()
     report(a.name, rows, COLUMNS, meta=meta,
@@ -771,10 +822,15 @@ def main():
     print("targets:")
     for t, m, ok in tg:
         print(f"  {'met ' if ok else 'MISS' if ok is False else '  - '}  {t}: {m}")
+    def where(r):
+        return f"{r['peer']} {r['size']} {r['pattern']} {r['budget_pct']}%: {r.get('note')}"
+
+    unfinished = [r for r in rows if r.get("ok") is None and not (r.get("note") or "").startswith("skipped")]
+    if unfinished:
+        print(f"{len(unfinished)} run(s) did not finish: " + "; ".join(where(r) for r in unfinished))
     bad = [r for r in rows if r.get("ok") is False]
     if bad:
-        print(f"{len(bad)} row(s) failed: " + "; ".join(f"{r['peer']} {r['size']} {r['pattern']} "
-                                                       f"{r['budget_pct']}%: {r.get('note')}" for r in bad))
+        print(f"{len(bad)} run(s) read back WRONG data: " + "; ".join(where(r) for r in bad))
         sys.exit(1)
 
 

@@ -4,16 +4,17 @@
 //   ./touch --size 1G --pattern uniform|zipf|seq [--ops N] [--seconds S] [--warmup N]
 //           [--warmup-seconds S] [--write-pct 50] [--seed N] [--sample-every 64] [--zipf-s 0.99] [--verify]
 //
-// 1. One malloc of --size bytes (so under `memlend run` it lands in far memory).
+// 1. One malloc of --size bytes + 4 KiB (so under `memlend run` it lands in far memory); the
+//    region is its page-aligned --size bytes.
 // 2. Populate: writes every 4 KiB page in order with a page-index pattern (incompressible
 //    pseudo-random words, so zram gets no help from compression); timed and reported apart.
 // 3. Warm-up (untimed: --warmup touches, or --warmup-seconds if that ends first), then the
 //    timed phase: --ops touches or --seconds, whichever ends first. A touch picks a page
 //    (uniform random; zipf(s) over page ranks, the ranks scattered over the region by a
-//    bijective hash; or sequential with wrap-around), reads its header and one pattern word, and with probability --write-pct writes it
-//    (bumps the page's write counter and reseals its header). About one touch in --sample-every
-//    (random gaps, so a periodic pattern cannot alias with it) is timed alone with clock_gettime:
-//    p50/p99/p99.9 come from those samples.
+//    bijective hash; or sequential with wrap-around), reads its header and one pattern word,
+//    and with probability --write-pct writes it (bumps the page's write counter and reseals
+//    its header). About one touch in --sample-every (random gaps, so a periodic pattern
+//    cannot alias with it) is timed alone with clock_gettime: p50/p99/p99.9 come from those.
 // 4. With --verify: reads back every page and checks the whole page against its index, the
 //    header seal, and that the write counters add up to the writes done (a lost write-back
 //    shows as a short sum). Any mismatch: message on stderr, "ok": false, exit status 1.
@@ -117,8 +118,11 @@ static uint64_t parse_size(const char *s) {
   return (uint64_t)v;
 }
 static void usage(const char *a0) {
-  fprintf(stderr, "usage: %s --size SIZE --pattern uniform|zipf|seq [--ops N] [--seconds S] [--warmup N]\n"
-                  "          [--warmup-seconds S] [--write-pct P] [--seed N] [--sample-every K] [--zipf-s S] [--verify]\n", a0);
+  fprintf(stderr,
+          "usage: %s --size SIZE --pattern uniform|zipf|seq [--ops N] [--seconds S] [--warmup N]\n"
+          "          [--warmup-seconds S] [--write-pct P] [--seed N] [--sample-every K] [--zipf-s S]\n"
+          "          [--verify]\n",
+          a0);
   exit(2);
 }
 
@@ -179,7 +183,8 @@ int main(int argc, char **argv) {
     default: usage(argv[0]);
     }
   }
-  if (size < PG || pattern < 0 || (ops == 0 && seconds <= 0) || every == 0 || wpct < 0 || wpct > 100) usage(argv[0]);
+  if (size < PG || pattern < 0 || (ops == 0 && seconds <= 0) || every == 0 || wpct < 0 || wpct > 100)
+    usage(argv[0]);
   if (ops == 0) ops = UINT64_MAX;
   np = size / PG;
   rs[0] = mix64(seed), rs[1] = mix64(seed + 1);
@@ -190,9 +195,14 @@ int main(int argc, char **argv) {
   if (pattern == ZIPF) zipf_init(zipf_s, np);
   seq_pos = 0;
 
-  // One malloc: under `memlend run` this is the far allocation.
-  base = malloc(np * PG);
-  if (!base) { fprintf(stderr, "malloc(%llu): %s\n", (unsigned long long)(np * PG), strerror(errno)); return 1; }
+  // One malloc: under `memlend run` this is the far allocation. One page more than the
+  // region, so the region can start on a page boundary and a touch is one OS page.
+  char *raw = malloc(np * PG + PG);
+  if (!raw) {
+    fprintf(stderr, "malloc(%llu): %s\n", (unsigned long long)(np * PG + PG), strerror(errno));
+    return 1;
+  }
+  base = (char *)(((uintptr_t)raw + PG - 1) & ~(uintptr_t)(PG - 1));
 
   uint64_t t0 = now_ns();
   for (uint64_t i = 0; i < np; i++) {
@@ -285,6 +295,6 @@ int main(int argc, char **argv) {
          r1.ru_majflt - r0.ru_majflt, r1.ru_minflt - r0.ru_minflt, ru.ru_maxrss / 1024.0, (unsigned long long)writes,
          (unsigned long long)checksum, verify ? "true" : "false", ver_s, (unsigned long long)(bad + vbad),
          ok ? "true" : "false");
-  free(base);
+  free(raw);
   return ok ? 0 : 1;
 }
