@@ -102,13 +102,16 @@ fn a_donor_that_dies_mid_run_is_no_silent_hang() {
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("far_loop", dir.path());
     let addr = donor.addr.to_string();
-    let mut child = Command::new(MEMLEND)
-        .args(["run", "--preload", shim().to_str().unwrap(), "--local", "8M"])
-        .args(["--donor", &addr, "--insecure", "--", prog.to_str().unwrap(), "64"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut reaped = Reaped(
+        Command::new(MEMLEND)
+            .args(["run", "--preload", shim().to_str().unwrap(), "--local", "8M"])
+            .args(["--donor", &addr, "--insecure", "--", prog.to_str().unwrap(), "64"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut reaped.0;
     let mut out = child.stdout.take().unwrap();
     let mut first = [0u8; 6];
     std::io::Read::read_exact(&mut out, &mut first).expect("far_loop reports its first pass");

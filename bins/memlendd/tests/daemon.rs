@@ -15,6 +15,17 @@ fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
+/// A daemon that is killed when the test ends, even by a failed assertion:
+/// a test must not leave a memlendd behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn wait_listening(addr: SocketAddr, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_err() {
@@ -63,12 +74,15 @@ fn refuses_exports_larger_than_the_lend() {
 #[test]
 fn serves_pages_and_stops_cleanly_on_sigterm() {
     let addr = free_addr();
-    let mut child = Command::new(BIN)
-        .args(["--lend", "64M", "--insecure", "--listen", &addr.to_string()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_listening(addr, &mut child);
+    let mut reaped = Reaped(
+        Command::new(BIN)
+            .args(["--lend", "64M", "--insecure", "--listen", &addr.to_string()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut reaped.0;
+    wait_listening(addr, child);
     {
         let s = RemoteStore::open(addr, ClientConfig::new(None), 1024).unwrap();
         let data: Vec<u8> = (0..64 * PAGE_SIZE).map(|i| (i % 251) as u8).collect();
@@ -102,12 +116,14 @@ fn serves_pages_and_stops_cleanly_on_sigterm() {
 fn far_memory_region_over_the_real_daemon() {
     use memlend_fault::{Region, RegionConfig};
     let addr = free_addr();
-    let mut child = Command::new(BIN)
-        .args(["--lend", "64M", "--insecure", "--listen", &addr.to_string()])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_listening(addr, &mut child);
+    let mut reaped = Reaped(
+        Command::new(BIN)
+            .args(["--lend", "64M", "--insecure", "--listen", &addr.to_string()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(addr, &mut reaped.0);
     let pages = 4096u64;
     let store = RemoteStore::open(addr, ClientConfig::new(None), pages).unwrap();
     let cfg = RegionConfig {
@@ -136,6 +152,4 @@ fn far_memory_region_over_the_real_daemon() {
     let fetched = st.faults_from_store + region.handler_stats().pages_prefetched;
     assert!(fetched >= 3000, "most pages came back from the donor: {st:?}");
     drop(region);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }

@@ -63,6 +63,16 @@ impl Drop for Donor {
     }
 }
 
+/// A process killed when the test ends, even by a failed assertion.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Compile `tests/progs/NAME.c` into `dir`.
 pub fn compile(name: &str, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/progs/{name}.c"));

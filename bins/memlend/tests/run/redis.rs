@@ -69,16 +69,19 @@ pub fn keeps_every_value() {
     assert!(redis.is_ok(), "redis-server is needed: install redis-server (scripts/setup.sh does)");
     let dir = tempfile::tempdir().unwrap();
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut server = Command::new(MEMLEND)
-        .args(["run", "--preload", shim().to_str().unwrap(), "--local", "16M"])
-        .args(["--ssd", dir.path().to_str().unwrap(), "--", "redis-server"])
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-        .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stream = connect(port, &mut server);
+    let mut guard = Reaped(
+        Command::new(MEMLEND)
+            .args(["run", "--preload", shim().to_str().unwrap(), "--local", "16M"])
+            .args(["--ssd", dir.path().to_str().unwrap(), "--", "redis-server"])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let server = &mut guard.0;
+    let stream = connect(port, server);
     let mut w = stream.try_clone().unwrap();
     let mut r = BufReader::new(stream);
     for start in (0..KEYS).step_by(BURST) {
@@ -109,7 +112,8 @@ pub fn keeps_every_value() {
     buf.clear();
     command(&mut buf, &[b"SHUTDOWN", b"NOSAVE"]);
     w.write_all(&buf).unwrap();
-    let out = server.wait_with_output().unwrap();
-    let err = text(&out.stderr);
+    let mut err = String::new();
+    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut err).unwrap();
+    server.wait().unwrap();
     assert!(faults_from_store(&err) > 0, "far memory was not used:\n{err}");
 }
