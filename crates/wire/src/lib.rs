@@ -2,6 +2,7 @@
 //! decoder takes a byte slice, checks every length and offset before use, and
 //! returns a typed error on bad input. That is what makes them fuzzable.
 
+pub mod ctrl;
 pub mod nbd;
 pub mod page;
 mod wire_enum;
