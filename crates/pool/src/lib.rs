@@ -3,3 +3,7 @@
 //! how much to whom. Nothing in here does I/O except `monitor`, which reads
 //! `/proc` and cgroup files; the protocol engine is a pure state machine
 //! driven by the daemon, so it can be tested exhaustively.
+
+pub mod engine;
+pub mod members;
+pub mod select;

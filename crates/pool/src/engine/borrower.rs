@@ -1,0 +1,353 @@
+//! The borrower's side: turn local demand into requests, choose one grant per
+//! request (ACK binds exactly one; the others are released at once and would
+//! expire anyway), keep leases alive, hand reclaims to their owners.
+
+use super::types::{Demand, GrantHeard, OfferHeard};
+use super::{Borrowed, BorrowedState, Dest, Engine, Event, Output, MS};
+use crate::select::Candidate;
+use memlend_wire::ctrl::{
+    Ack, Body, Grant, LeaseId, NodeId, Offer, Reclaim, Release, ReleaseReason, Request,
+};
+use std::net::SocketAddr;
+
+impl Engine {
+    /// A local owner (a process) wants `bytes` more. The answer comes as
+    /// `LeaseReady` events (maybe several, if donors grant in parts) or
+    /// `DemandUnmet`.
+    pub fn want(&mut self, now_us: u64, owner: u64, bytes: u64) {
+        self.advance(now_us);
+        let unit = self.cfg.grant_unit_bytes.max(1);
+        let bytes = bytes.div_ceil(unit) * unit;
+        if bytes == 0 {
+            return;
+        }
+        if self.demands.len() >= self.cfg.max_demands {
+            self.metrics.demands_unmet += 1;
+            self.push(Output::Event(Event::DemandUnmet { owner, bytes }));
+            return;
+        }
+        self.new_demand(owner, bytes, self.now_us);
+    }
+
+    fn new_demand(&mut self, owner: u64, bytes: u64, first_sent_us: u64) {
+        let request_id = self.next_request_id;
+        self.next_request_id += 1;
+        let d = Demand {
+            owner,
+            request_id,
+            bytes,
+            min_bytes: self.cfg.grant_unit_bytes.min(bytes),
+            attempts: 0,
+            first_sent_us,
+            sent_us: self.now_us,
+            next_send_us: self.now_us,
+            decide_us: None,
+            grants: Vec::new(),
+        };
+        self.demands.insert(request_id, d);
+        self.send_request(request_id);
+    }
+
+    /// Unicast to the chosen offerer when servers broadcast and one has
+    /// room; else broadcast the request (3-way handshake).
+    fn send_request(&mut self, request_id: u64) {
+        let Some(d) = self.demands.get(&request_id) else { return };
+        let r = Request { request_id, bytes: d.bytes, min_bytes: d.min_bytes };
+        let dests = match self.pick_offer(d.min_bytes) {
+            Some(to) if self.servers_broadcast() => vec![Dest::To(to)],
+            _ => self.heartbeat_dests(),
+        };
+        let d = self.demands.get_mut(&request_id).expect("checked above");
+        d.sent_us = self.now_us;
+        d.next_send_us = self.now_us + self.cfg.retry_us(d.attempts);
+        d.attempts += 1;
+        for to in dests {
+            self.send(to, Body::Request(r.clone()));
+        }
+    }
+
+    fn pick_offer(&mut self, min_bytes: u64) -> Option<SocketAddr> {
+        let now = self.now_us;
+        let fresh: Vec<&OfferHeard> = self
+            .offers
+            .values()
+            .filter(|o| o.valid_until_us > now && o.available_bytes >= min_bytes)
+            .collect();
+        let cands: Vec<Candidate> = fresh
+            .iter()
+            .map(|o| Candidate {
+                node: o.donor,
+                available_bytes: o.available_bytes,
+                rtt_us: self.rtt_us.get(&o.donor).copied(),
+                arrival_order: o.arrival,
+            })
+            .collect();
+        let i = self.selector.pick(&cands)?;
+        Some(fresh[i].donor_ctrl)
+    }
+
+    pub(super) fn on_offer(&mut self, donor: NodeId, from: SocketAddr, o: &Offer) {
+        // Valid until twice the announced period has passed without another.
+        let valid_us = u64::from(o.next_offer_ms).max(100) * 2 * MS;
+        self.arrivals += 1;
+        let heard = OfferHeard {
+            donor,
+            donor_ctrl: from,
+            available_bytes: o.available_bytes,
+            valid_until_us: self.now_us + valid_us,
+            arrival: self.arrivals,
+        };
+        self.offers.insert(donor, heard);
+    }
+
+    pub(super) fn on_grant(&mut self, donor: NodeId, from: SocketAddr, g: Grant) {
+        let Some(d) = self.demands.get_mut(&g.request_id) else {
+            // Not wanted (already chosen, or given up): let it go now
+            // rather than at its expiry. Idempotent at the donor.
+            if !self.borrowed.contains_key(&(donor, g.lease_id)) {
+                self.release_to(from, g.lease_id);
+            }
+            return;
+        };
+        if d.grants.iter().any(|h| h.donor == donor) {
+            return; // a duplicate
+        }
+        let rtt_us = self.now_us.saturating_sub(d.sent_us).min(u64::from(u32::MAX)) as u32;
+        self.rtt_us.insert(donor, rtt_us);
+        self.arrivals += 1;
+        d.grants.push(GrantHeard {
+            donor,
+            donor_ctrl: from,
+            grant: g,
+            rtt_us,
+            arrival: self.arrivals,
+        });
+        if d.decide_us.is_none() {
+            d.decide_us = Some(self.now_us + self.cfg.grant_window_ms * MS);
+        }
+    }
+
+    /// Choose one grant for the demand: ACK it, release the others.
+    fn decide(&mut self, request_id: u64) {
+        let Some(mut d) = self.demands.remove(&request_id) else { return };
+        let cands: Vec<Candidate> = d
+            .grants
+            .iter()
+            .map(|h| Candidate {
+                node: h.donor,
+                available_bytes: h.grant.bytes,
+                rtt_us: Some(h.rtt_us),
+                arrival_order: h.arrival,
+            })
+            .collect();
+        let chosen = self.selector.pick(&cands).unwrap_or(0);
+        let h = d.grants.swap_remove(chosen);
+        for other in d.grants.drain(..) {
+            self.release_to(other.donor_ctrl, other.grant.lease_id);
+        }
+        if self.borrowed.len() >= self.cfg.max_borrowed {
+            self.release_to(h.donor_ctrl, h.grant.lease_id);
+            self.metrics.demands_unmet += 1;
+            self.push(Output::Event(Event::DemandUnmet { owner: d.owner, bytes: d.bytes }));
+            return;
+        }
+        let bytes = h.grant.bytes.min(d.bytes);
+        self.bind(&d, h);
+        if bytes < d.bytes {
+            self.new_demand(d.owner, d.bytes - bytes, d.first_sent_us);
+        }
+    }
+
+    fn bind(&mut self, d: &Demand, h: GrantHeard) {
+        let b = Borrowed {
+            owner: d.owner,
+            donor: h.donor,
+            donor_ctrl: h.donor_ctrl,
+            lease: h.grant.lease_id,
+            request_id: d.request_id,
+            bytes: h.grant.bytes,
+            data_addr: h.grant.data_addr,
+            credential: h.grant.credential,
+            state: BorrowedState::Binding,
+            requested_us: d.first_sent_us,
+            attempts: 0,
+            next_send_us: self.now_us,
+            pages_per_s: 0,
+        };
+        self.borrowed.insert((h.donor, h.grant.lease_id), b);
+        self.send_ack(h.donor, h.grant.lease_id);
+    }
+
+    fn send_ack(&mut self, donor: NodeId, lease: LeaseId) {
+        let next_us = self.now_us;
+        let Some(b) = self.borrowed.get_mut(&(donor, lease)) else { return };
+        b.next_send_us = next_us + self.cfg.retry_us(b.attempts);
+        b.attempts += 1;
+        let a = Ack { request_id: b.request_id, lease_id: lease, confirm: false };
+        let to = b.donor_ctrl;
+        self.send(Dest::To(to), Body::Ack(a));
+    }
+
+    pub(super) fn on_confirm(&mut self, donor: NodeId, a: &Ack) {
+        let Some(b) = self.borrowed.get_mut(&(donor, a.lease_id)) else { return };
+        if b.state != BorrowedState::Binding {
+            return; // a duplicate confirmation
+        }
+        b.state = BorrowedState::Active;
+        let lease = b.clone();
+        self.metrics.handshake(self.now_us.saturating_sub(lease.requested_us));
+        self.push(Output::Event(Event::LeaseReady { owner: lease.owner, lease }));
+    }
+
+    pub(super) fn on_reclaim(&mut self, donor: NodeId, r: &Reclaim) {
+        let deadline_us = self.now_us + u64::from(r.deadline_ms) * MS;
+        let Some(b) = self.borrowed.get_mut(&(donor, r.lease_id)) else {
+            let to = self.members.get(donor).map(|p| p.ctrl_addr);
+            if let Some(to) = to {
+                self.release_to(to, r.lease_id); // we hold nothing there
+            }
+            return;
+        };
+        if b.state != BorrowedState::Active {
+            return; // binding (the confirm will follow) or already reclaimed
+        }
+        b.state = BorrowedState::Reclaimed { deadline_us };
+        let (owner, lease) = (b.owner, b.lease);
+        self.push(Output::Event(Event::ReclaimRequested { owner, donor, lease, deadline_us }));
+    }
+
+    pub(super) fn on_release(&mut self, sender: NodeId, r: &Release) {
+        match r.reason {
+            ReleaseReason::Done => self.on_release_lent(sender, r.lease_id),
+            ReleaseReason::Revoked | ReleaseReason::Unknown => {
+                let Some(b) = self.borrowed.remove(&(sender, r.lease_id)) else { return };
+                if b.state == BorrowedState::Binding {
+                    // Never bound: not lost, just ask again.
+                    self.new_demand(b.owner, b.bytes, b.requested_us);
+                    return;
+                }
+                self.metrics.leases_lost += 1;
+                let why = if r.reason == ReleaseReason::Revoked {
+                    "revoked by donor"
+                } else {
+                    "unknown to donor"
+                };
+                self.push(Output::Event(Event::LeaseLost {
+                    owner: b.owner,
+                    donor: sender,
+                    lease: b.lease,
+                    why,
+                }));
+            }
+        }
+    }
+
+    /// The owner is done with a lease (its pages moved away or freed).
+    pub fn release(&mut self, now_us: u64, donor: NodeId, lease: LeaseId) {
+        self.advance(now_us);
+        if let Some(b) = self.borrowed.remove(&(donor, lease)) {
+            self.release_to(b.donor_ctrl, lease);
+        }
+    }
+
+    /// The owner went away: release all it holds, forget what it wanted.
+    pub fn drop_owner(&mut self, now_us: u64, owner: u64) {
+        self.advance(now_us);
+        self.demands.retain(|_, d| d.owner != owner);
+        let mine: Vec<(NodeId, LeaseId)> = self
+            .borrowed
+            .values()
+            .filter(|b| b.owner == owner)
+            .map(|b| (b.donor, b.lease))
+            .collect();
+        for (donor, lease) in mine {
+            self.release(now_us, donor, lease);
+        }
+    }
+
+    /// Activity the owner measured on a lease, reported to its donor.
+    pub fn set_activity(&mut self, donor: NodeId, lease: LeaseId, pages_per_s: u32) {
+        if let Some(b) = self.borrowed.get_mut(&(donor, lease)) {
+            b.pages_per_s = pages_per_s;
+        }
+    }
+
+    /// Bytes wanted and not yet granted: the classifier's "unmet demand".
+    pub fn unmet_demand_bytes(&self) -> u64 {
+        self.demands.values().map(|d| d.bytes).sum()
+    }
+
+    fn release_to(&mut self, to: SocketAddr, lease: LeaseId) {
+        let r = Release { lease_id: lease, reason: ReleaseReason::Done };
+        self.send(Dest::To(to), Body::Release(r));
+    }
+
+    pub(super) fn lose_borrowed_from(&mut self, donor: NodeId, why: &'static str) {
+        self.offers.remove(&donor);
+        for d in self.demands.values_mut() {
+            d.grants.retain(|h| h.donor != donor);
+        }
+        let gone: Vec<LeaseId> =
+            self.borrowed.values().filter(|b| b.donor == donor).map(|b| b.lease).collect();
+        for lease in gone {
+            let b = self.borrowed.remove(&(donor, lease)).expect("listed above");
+            if b.state == BorrowedState::Binding {
+                self.new_demand(b.owner, b.bytes, b.requested_us);
+                continue;
+            }
+            self.metrics.leases_lost += 1;
+            self.push(Output::Event(Event::LeaseLost { owner: b.owner, donor, lease, why }));
+        }
+    }
+
+    pub(super) fn borrower_timers(&mut self) {
+        let now = self.now_us;
+        let ids: Vec<u64> = self.demands.keys().copied().collect();
+        for id in ids {
+            let d = &self.demands[&id];
+            if d.decide_us.is_some_and(|t| now >= t) {
+                self.decide(id);
+            } else if d.decide_us.is_none() && now >= d.next_send_us {
+                if d.attempts >= self.cfg.retry_attempts {
+                    let d = self.demands.remove(&id).expect("listed above");
+                    self.metrics.demands_unmet += 1;
+                    self.push(Output::Event(Event::DemandUnmet { owner: d.owner, bytes: d.bytes }));
+                } else {
+                    self.send_request(id);
+                }
+            }
+        }
+        self.ack_timers();
+    }
+
+    fn ack_timers(&mut self) {
+        let now = self.now_us;
+        let due: Vec<(NodeId, LeaseId, u32)> = self
+            .borrowed
+            .values()
+            .filter(|b| b.state == BorrowedState::Binding && now >= b.next_send_us)
+            .map(|b| (b.donor, b.lease, b.attempts))
+            .collect();
+        for (donor, lease, attempts) in due {
+            if attempts < self.cfg.retry_attempts {
+                self.send_ack(donor, lease);
+                continue;
+            }
+            // The donor never confirmed: give it back and ask again.
+            let b = self.borrowed.remove(&(donor, lease)).expect("listed above");
+            self.release_to(b.donor_ctrl, lease);
+            self.metrics.demands_unmet += 1;
+            self.push(Output::Event(Event::DemandUnmet { owner: b.owner, bytes: b.bytes }));
+        }
+    }
+
+    pub(super) fn borrower_deadline_us(&self) -> u64 {
+        let d = self.demands.values().map(|d| d.decide_us.unwrap_or(d.next_send_us));
+        let b = self
+            .borrowed
+            .values()
+            .filter(|b| b.state == BorrowedState::Binding)
+            .map(|b| b.next_send_us);
+        d.chain(b).min().unwrap_or(u64::MAX)
+    }
+}

@@ -1,0 +1,88 @@
+//! The engine's settings. Every timer and limit is here, with its unit.
+
+use memlend_wire::ctrl::NodeId;
+use std::net::SocketAddr;
+
+/// Microseconds per millisecond: the engine keeps time in µs (loopback RTTs
+/// are tens of µs), settings are in ms.
+pub const MS: u64 = 1_000;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node: NodeId,
+    pub name: String,
+    /// Where this node serves the page protocol (named in grants).
+    pub data_addr: SocketAddr,
+    /// Broadcast reaches the peers (a LAN); else `seeds` and peers heard.
+    pub broadcast: bool,
+    pub seeds: Vec<SocketAddr>,
+    /// Secret behind lease credentials (random per daemon start).
+    pub credential_secret: [u8; 32],
+    pub heartbeat_ms: u64,
+    /// Silent this long: suspect (no new grants to or from it).
+    pub suspect_ms: u64,
+    /// Silent this long: gone; its leases are revoked or lost.
+    pub dead_ms: u64,
+    /// Offers back off from min to max while availability is stable.
+    pub offer_min_ms: u64,
+    pub offer_max_ms: u64,
+    /// A grant not ACKed within this is freed.
+    pub grant_ack_ms: u32,
+    /// After the first grant, wait this long for others before choosing.
+    pub grant_window_ms: u64,
+    /// Retransmission of requests and ACKs: first wait, doubling to max.
+    pub retry_min_ms: u64,
+    pub retry_max_ms: u64,
+    /// Attempts before a request or an ACK is given up.
+    pub retry_attempts: u32,
+    /// How long a borrower has to move a reclaimed lease away.
+    pub reclaim_deadline_ms: u32,
+    /// A lease its borrower has not reported for this long is stranded.
+    pub stranded_ms: u64,
+    /// Grants are whole multiples of this.
+    pub grant_unit_bytes: u64,
+    /// Most leases this node lends at once, and borrows at once.
+    pub max_lent: usize,
+    pub max_borrowed: usize,
+    /// Most outstanding local demands.
+    pub max_demands: usize,
+}
+
+impl Config {
+    pub fn new(
+        node: NodeId,
+        name: &str,
+        data_addr: SocketAddr,
+        credential_secret: [u8; 32],
+    ) -> Config {
+        Config {
+            node,
+            name: name.to_string(),
+            data_addr,
+            broadcast: true,
+            seeds: Vec::new(),
+            credential_secret,
+            heartbeat_ms: 500,
+            suspect_ms: 1_500,
+            dead_ms: 3_000,
+            offer_min_ms: 250,
+            offer_max_ms: 4_000,
+            grant_ack_ms: 2_000,
+            grant_window_ms: 20,
+            retry_min_ms: 100,
+            retry_max_ms: 1_600,
+            retry_attempts: 6,
+            reclaim_deadline_ms: 30_000,
+            stranded_ms: 5_000,
+            grant_unit_bytes: 1 << 20,
+            max_lent: 256,
+            max_borrowed: memlend_wire::ctrl::MAX_HEARTBEAT_LEASES,
+            max_demands: 64,
+        }
+    }
+
+    /// Wait (µs) before attempt `n` (0-based) of a retransmission.
+    pub fn retry_us(&self, attempt: u32) -> u64 {
+        (self.retry_min_ms << attempt.min(16)).min(self.retry_max_ms) * MS
+    }
+}

@@ -1,0 +1,187 @@
+//! Who is in the cluster, as heard in heartbeats: each peer's address, class
+//! and memory, and whether it is still alive. Failure detection is by missed
+//! heartbeats (ExpEther's keep-alive, without SWIM's indirect probes: on one
+//! LAN segment a missed heartbeat is rarely the path's fault, and a false
+//! suspicion costs only a delayed grant, never data).
+
+use memlend_wire::ctrl::{Heartbeat, NodeClass, NodeId};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// Most peers one node tracks. A heartbeat from one more is ignored (and
+/// counted), so a flood of forged ids cannot grow memory without bound.
+pub const MAX_PEERS: usize = 1024;
+
+/// One peer as last heard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub node: NodeId,
+    pub name: String,
+    pub incarnation: u64,
+    /// Where its control datagrams come from (and where we answer).
+    pub ctrl_addr: SocketAddr,
+    pub data_addr: SocketAddr,
+    pub class: NodeClass,
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub lent_bytes: u64,
+    pub borrowed_bytes: u64,
+    pub last_heard_us: u64,
+    pub suspect: bool,
+}
+
+/// What hearing from a peer changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// First time, or after it was declared dead.
+    Joined,
+    /// A higher incarnation: the node restarted, so everything of the old one
+    /// is gone (its grants and leases must be dropped at once).
+    Restarted,
+    /// An older incarnation than we know: a stale datagram, ignored.
+    Stale,
+    Known,
+    /// The table is full.
+    Refused,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Members {
+    peers: BTreeMap<NodeId, Peer>,
+}
+
+impl Members {
+    /// Note any datagram from `node`: it proves liveness even without a
+    /// heartbeat (a grant or an ACK is as good).
+    pub fn touch(
+        &mut self,
+        node: NodeId,
+        incarnation: u64,
+        from: SocketAddr,
+        now_us: u64,
+    ) -> Heard {
+        let full = self.peers.len() >= MAX_PEERS;
+        match self.peers.get_mut(&node) {
+            Some(p) if incarnation < p.incarnation => Heard::Stale,
+            Some(p) if incarnation > p.incarnation => {
+                *p = Peer::unknown(node, incarnation, from, now_us);
+                Heard::Restarted
+            }
+            Some(p) => {
+                p.last_heard_us = now_us;
+                p.ctrl_addr = from;
+                p.suspect = false;
+                Heard::Known
+            }
+            None if full => Heard::Refused,
+            None => {
+                self.peers.insert(node, Peer::unknown(node, incarnation, from, now_us));
+                Heard::Joined
+            }
+        }
+    }
+
+    /// Record a heartbeat's contents (after `touch`).
+    pub fn update(&mut self, node: NodeId, hb: &Heartbeat) {
+        if let Some(p) = self.peers.get_mut(&node) {
+            p.name = hb.name.clone();
+            p.class = hb.class;
+            p.total_bytes = hb.total_bytes;
+            p.used_bytes = hb.used_bytes;
+            p.lent_bytes = hb.lent_bytes;
+            p.borrowed_bytes = hb.borrowed_bytes;
+            p.data_addr = hb.data_addr;
+        }
+    }
+
+    /// Mark peers silent for `suspect_us` as suspect, and remove (and return)
+    /// those silent for `dead_us`.
+    pub fn expire(&mut self, now_us: u64, suspect_us: u64, dead_us: u64) -> Vec<Peer> {
+        let mut dead = Vec::new();
+        self.peers.retain(|_, p| {
+            let silent_us = now_us.saturating_sub(p.last_heard_us);
+            p.suspect = silent_us >= suspect_us;
+            if silent_us >= dead_us {
+                dead.push(p.clone());
+                return false;
+            }
+            true
+        });
+        dead
+    }
+
+    pub fn get(&self, node: NodeId) -> Option<&Peer> {
+        self.peers.get(&node)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Peer> {
+        self.peers.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// Live (not suspect) peers of a class.
+    pub fn count(&self, class: NodeClass) -> usize {
+        self.peers.values().filter(|p| p.class == class && !p.suspect).count()
+    }
+}
+
+impl Peer {
+    fn unknown(node: NodeId, incarnation: u64, from: SocketAddr, now_us: u64) -> Peer {
+        Peer {
+            node,
+            name: String::new(),
+            incarnation,
+            ctrl_addr: from,
+            data_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            class: NodeClass::Neutral,
+            total_bytes: 0,
+            used_bytes: 0,
+            lent_bytes: 0,
+            borrowed_bytes: 0,
+            last_heard_us: now_us,
+            suspect: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn join_restart_stale_and_death() {
+        let mut m = Members::default();
+        assert_eq!(m.touch(7, 100, addr(1), 0), Heard::Joined);
+        assert_eq!(m.touch(7, 100, addr(1), 500), Heard::Known);
+        assert_eq!(m.touch(7, 99, addr(1), 600), Heard::Stale);
+        assert_eq!(m.touch(7, 101, addr(2), 700), Heard::Restarted);
+        assert_eq!(m.get(7).unwrap().ctrl_addr, addr(2));
+        assert!(m.expire(2_000, 1_000, 3_000).is_empty());
+        assert!(m.get(7).unwrap().suspect);
+        let dead = m.expire(3_700, 1_000, 3_000);
+        assert_eq!(dead.len(), 1);
+        assert!(m.is_empty());
+        assert_eq!(m.touch(7, 101, addr(2), 3_800), Heard::Joined);
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let mut m = Members::default();
+        for n in 0..MAX_PEERS as u64 {
+            assert_eq!(m.touch(n, 1, addr(1), 0), Heard::Joined);
+        }
+        assert_eq!(m.touch(u64::MAX, 1, addr(1), 0), Heard::Refused);
+        assert_eq!(m.len(), MAX_PEERS);
+    }
+}
