@@ -56,6 +56,9 @@ pub struct Registry {
 struct Inner {
     promised_pages: u64,
     borrowers: HashMap<BorrowerId, Borrower>,
+    /// Lease mode (a cluster donor): only these ids may open slabs, each up
+    /// to its leased pages. `None`: any authenticated borrower, first come.
+    leases: Option<HashMap<BorrowerId, u64>>,
 }
 
 /// What STAT reports about the donor and one borrower.
@@ -69,6 +72,41 @@ pub struct Usage {
 impl Registry {
     pub fn new(lend_pages: u64, factory: SlabFactory) -> Self {
         Registry { lend_pages, factory, inner: Mutex::new(Inner::default()) }
+    }
+
+    /// A registry where only leased credentials may open slabs (the control
+    /// plane grants and revokes them); `lend_pages` caps the sum.
+    pub fn leased(lend_pages: u64, factory: SlabFactory) -> Self {
+        let inner = Inner { leases: Some(HashMap::new()), ..Inner::default() };
+        Registry { lend_pages, factory, inner: Mutex::new(inner) }
+    }
+
+    /// Let `id` open slabs of up to `pages` in all (lease mode only).
+    pub fn grant(&self, id: BorrowerId, pages: u64) {
+        let mut inner = self.inner.lock();
+        assert!(inner.leases.is_some(), "grant on a registry not in lease mode");
+        inner.leases.as_mut().expect("checked").insert(id, pages);
+    }
+
+    /// End `id`'s lease: its slabs are freed now, even if it is connected
+    /// (its connections see them closed). Returns the pages freed.
+    pub fn revoke(&self, id: BorrowerId) -> u64 {
+        let mut inner = self.inner.lock();
+        if let Some(leases) = inner.leases.as_mut() {
+            leases.remove(&id);
+        }
+        let Some(b) = inner.borrowers.get_mut(&id) else { return 0 };
+        let slabs: Vec<Arc<Slab>> = b.slabs.drain().map(|(_, s)| s).collect();
+        let pages: u64 = slabs.iter().map(|s| s.pages).sum();
+        inner.promised_pages -= pages;
+        if inner.borrowers.get(&id).is_some_and(|b| b.connections == 0) {
+            inner.borrowers.remove(&id);
+        }
+        drop(inner);
+        for s in &slabs {
+            retire(s);
+        }
+        pages
     }
 
     pub fn lend_pages(&self) -> u64 {
@@ -104,7 +142,12 @@ impl Registry {
         if pages > self.lend_pages - inner.promised_pages {
             return Err(Status::NoSpace);
         }
+        let leased = inner.leases.as_ref().map(|l| l.get(&id).copied().unwrap_or(0));
         let b = inner.borrowers.entry(id).or_default();
+        if leased.is_some_and(|quota| b.pages() + pages > quota) {
+            tracing::warn!(pages, lease_pages = leased, "slab refused: beyond the borrower's lease");
+            return Err(Status::NoSpace);
+        }
         if b.slabs.len() >= limits::MAX_SLABS_PER_BORROWER as usize {
             return Err(Status::TooManySlabs);
         }
@@ -156,6 +199,8 @@ impl Registry {
             .borrowers
             .iter()
             .filter(|(_, b)| b.orphaned_at.is_some_and(|t| t.elapsed() >= grace))
+            // A leased borrower's slabs live as long as its lease.
+            .filter(|(id, _)| !inner.leases.as_ref().is_some_and(|l| l.contains_key(*id)))
             .map(|(id, _)| *id)
             .collect();
         let mut retired = Vec::new();
@@ -227,5 +272,27 @@ mod tests {
         r.detach([1; 16]);
         assert_eq!(r.reap_orphans(Duration::ZERO), 1);
         assert_eq!(r.usage([1; 16]).free_pages, 10);
+    }
+
+    #[test]
+    fn lease_mode_admits_only_leased_ids_up_to_their_lease() {
+        let factory: SlabFactory = Arc::new(|p| {
+            let s: Arc<dyn PageStore> = Arc::new(RamStore::new(p, RamOptions::default())?);
+            Ok(s)
+        });
+        let r = Registry::leased(100, factory);
+        assert_eq!(r.open([1; 16], 1), Err(Status::NoSpace), "no lease");
+        r.grant([1; 16], 30);
+        let a = r.open([1; 16], 20).unwrap();
+        assert_eq!(r.open([1; 16], 11), Err(Status::NoSpace), "beyond the lease");
+        r.open([1; 16], 10).unwrap();
+        r.attach([1; 16]);
+        r.detach([1; 16]);
+        assert_eq!(r.reap_orphans(Duration::ZERO), 0, "a leased borrower is not an orphan");
+        let slab = r.get([1; 16], a).unwrap();
+        assert_eq!(r.revoke([1; 16]), 30);
+        assert!(!slab.is_open(), "revoke closes slabs a connection holds");
+        assert_eq!(r.usage([1; 16]).free_pages, 100);
+        assert_eq!(r.open([1; 16], 1), Err(Status::NoSpace), "the lease is gone");
     }
 }
