@@ -4,6 +4,7 @@
 //! `/proc` and cgroup files; the protocol engine is a pure state machine
 //! driven by the daemon, so it can be tested exhaustively.
 
+pub mod api;
 pub mod engine;
 pub mod members;
 pub mod select;

@@ -3,7 +3,8 @@
 //! A layer takes any `S: PageStore` (including `Arc<dyn PageStore>`), forwards
 //! every operation to it and adds its one property on the way: `checksum`
 //! verifies every page, `stats` counts and times every operation, `stripe`
-//! spreads pages over several stores (donors). The inner
+//! spreads pages over several stores (donors), `concat` joins stores of
+//! any sizes end to end (leases). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
 //!
@@ -11,10 +12,13 @@
 //! the layers and the `file` backend.
 
 pub mod checksum;
+pub mod concat;
+mod fan_out;
 pub mod stats;
 pub mod stripe;
 
 pub use checksum::Checksum;
+pub use concat::Concat;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};
 pub use stripe::Stripe;
 

@@ -7,6 +7,7 @@
 //! a batch costs the slowest donor's round trip, not the sum. A one-store
 //! batch (one page, say) stays on the caller's thread: no hand-off.
 
+use super::fan_out::each_store;
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo};
 use crate::{StoreResult, WriteOp, PAGE_SIZE};
 use std::sync::Arc;
@@ -67,36 +68,6 @@ impl Stripe {
             Some(piece)
         })
     }
-
-    /// Run `f(store, batch)` for every store with a non-empty batch; at once
-    /// on scoped threads when more than one store is involved.
-    fn each_store<T: Send>(
-        &self,
-        batches: Vec<Vec<T>>,
-        f: impl Fn(&dyn PageStore, &mut [T]) -> StoreResult<()> + Sync,
-    ) -> StoreResult<()> {
-        let mut busy: Vec<(usize, Vec<T>)> =
-            batches.into_iter().enumerate().filter(|(_, b)| !b.is_empty()).collect();
-        if busy.len() <= 1 {
-            return busy.iter_mut().try_for_each(|(i, b)| f(self.stores[*i].as_ref(), b));
-        }
-        let f = &f;
-        std::thread::scope(|s| {
-            let (last, rest) = busy.split_last_mut().expect("more than one batch");
-            let handles: Vec<_> = rest
-                .iter_mut()
-                .map(|(i, b)| {
-                    let store = self.stores[*i].as_ref();
-                    s.spawn(move || f(store, b))
-                })
-                .collect();
-            let mine = f(self.stores[last.0].as_ref(), &mut last.1);
-            // The scope joins every thread even if this stops at an error.
-            let theirs =
-                handles.into_iter().try_for_each(|h| h.join().expect("stripe worker panicked"));
-            mine.and(theirs)
-        })
-    }
 }
 
 impl PageStore for Stripe {
@@ -124,7 +95,7 @@ impl PageStore for Stripe {
                 batches[p.store].push(ReadOp { page: p.local_page, buf });
             }
         }
-        self.each_store(batches, |s, b| s.read(b))
+        each_store(&self.stores, batches, |s, b| s.read(b))
     }
 
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
@@ -139,7 +110,7 @@ impl PageStore for Stripe {
                 batches[p.store].push(WriteOp { page: p.local_page, data });
             }
         }
-        self.each_store(batches, |s, b| s.write(b))
+        each_store(&self.stores, batches, |s, b| s.write(b))
     }
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
@@ -149,12 +120,12 @@ impl PageStore for Stripe {
         for p in self.pieces(page, count) {
             batches[p.store].push((p.local_page, p.count));
         }
-        self.each_store(batches, |s, b| b.iter().try_for_each(|&(pg, n)| s.discard(pg, n)))
+        each_store(&self.stores, batches, |s, b| b.iter().try_for_each(|&(pg, n)| s.discard(pg, n)))
     }
 
     fn flush(&self) -> StoreResult<()> {
         let batches = self.stores.iter().map(|_| vec![()]).collect();
-        self.each_store(batches, |s, _| s.flush())
+        each_store(&self.stores, batches, |s, _| s.flush())
     }
 }
 

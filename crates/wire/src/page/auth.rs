@@ -41,6 +41,11 @@ impl Key {
         Ok(Key(out))
     }
 
+    /// The raw key, for deriving other keys from it (the control protocol's).
+    pub fn bytes(&self) -> &[u8; KEY_LEN] {
+        &self.0
+    }
+
     pub fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }

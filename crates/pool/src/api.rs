@@ -1,0 +1,213 @@
+//! The local API: how `memlend run` processes (and `memlend status`) talk to
+//! their node's daemon over a unix socket. One JSON object per line, each
+//! way. A process's leases live as long as its connection: when it closes,
+//! the daemon releases them, so a crashed process strands nothing.
+
+use memlend_wire::ctrl::{Credential, LeaseId, NodeId};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+/// Longest line either side accepts; a longer one is an error and closes
+/// the connection.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// Most API connections a daemon serves at once.
+pub const MAX_CLIENTS: usize = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ask {
+    /// Memory for this process: answered by `Lease` lines (maybe several)
+    /// and/or one `Unmet`.
+    Want { bytes: u64 },
+    /// The process is done with a lease (pages moved away or freed).
+    Release { donor: NodeId, lease: LeaseId },
+    /// Pages per second the process sees on a lease (reclaim picks the least
+    /// active).
+    Activity { donor: NodeId, lease: LeaseId, pages_per_s: u32 },
+    /// The cluster as this daemon sees it: answered by one `Status` line.
+    Status,
+}
+
+/// A lease as a process uses it: where to connect and as whom.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    pub donor: NodeId,
+    pub donor_name: String,
+    pub lease: LeaseId,
+    pub bytes: u64,
+    pub data_addr: SocketAddr,
+    /// The page protocol's borrower id for this lease (hex).
+    pub credential: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tell {
+    Lease(LeaseGrant),
+    Unmet {
+        bytes: u64,
+    },
+    /// Move this lease's pages elsewhere and `Release` it within `deadline_ms`.
+    Reclaim {
+        donor: NodeId,
+        lease: LeaseId,
+        deadline_ms: u64,
+    },
+    /// The lease is gone (its donor died or revoked it).
+    Lost {
+        donor: NodeId,
+        lease: LeaseId,
+        why: String,
+    },
+    Status(Box<ClusterStatus>),
+    Error {
+        message: String,
+    },
+}
+
+/// What `memlend status` prints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub node: NodeView,
+    pub peers: Vec<NodeView>,
+    pub lent: Vec<LeaseView>,
+    pub borrowed: Vec<LeaseView>,
+    pub unmet_bytes: u64,
+    pub handshakes: u64,
+    pub handshake_us_p50: Option<u64>,
+    pub handshake_us_p99: Option<u64>,
+    /// Messages sent and received, by type (offer, request, ...).
+    pub sent: Vec<(String, u64)>,
+    pub received: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub id: NodeId,
+    pub name: String,
+    pub class: String,
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    pub lent_bytes: u64,
+    pub borrowed_bytes: u64,
+    pub alive: bool,
+    pub addr: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseView {
+    pub lease: LeaseId,
+    /// The other side: the borrower for a lent lease, the donor for one
+    /// borrowed.
+    pub peer: NodeId,
+    pub bytes: u64,
+    pub state: String,
+    pub pages_per_s: u32,
+}
+
+pub fn credential_hex(c: &Credential) -> String {
+    c.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn credential_from_hex(text: &str) -> Result<Credential, String> {
+    if text.len() != 32 || !text.is_ascii() {
+        return Err(format!("a credential is 32 hex digits, got {:?}", text));
+    }
+    let mut c = [0u8; 16];
+    for (i, b) in c.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16)
+            .map_err(|_| format!("bad hex in credential {text:?}"))?;
+    }
+    Ok(c)
+}
+
+/// Read one line of at most [`MAX_LINE_BYTES`]; `Ok(None)` at end of stream.
+pub fn read_line<R: BufRead>(r: &mut R) -> std::io::Result<Option<String>> {
+    let mut line = String::new();
+    let n = std::io::Read::take(&mut *r, MAX_LINE_BYTES as u64 + 1).read_line(&mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if n > MAX_LINE_BYTES || !line.ends_with('\n') {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "API line too long or cut short",
+        ));
+    }
+    Ok(Some(line))
+}
+
+pub fn write_json(w: &mut impl Write, v: &impl Serialize) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(v).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line)
+}
+
+/// A process's connection to its daemon.
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Client {
+    pub fn connect(path: &Path) -> std::io::Result<Client> {
+        let s = UnixStream::connect(path).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot reach memlendd at {}: {e}", path.display()),
+            )
+        })?;
+        Ok(Client { reader: BufReader::new(s.try_clone()?), writer: s })
+    }
+
+    pub fn ask(&mut self, a: &Ask) -> std::io::Result<()> {
+        write_json(&mut self.writer, a)
+    }
+
+    /// The next line from the daemon; `timeout` None blocks.
+    pub fn next(&mut self, timeout: Option<Duration>) -> std::io::Result<Option<Tell>> {
+        self.reader.get_ref().set_read_timeout(timeout)?;
+        let Some(line) = read_line(&mut self.reader)? else { return Ok(None) };
+        serde_json::from_str(&line).map(Some).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("bad line from memlendd: {e}"),
+            )
+        })
+    }
+
+    /// Another handle on the same connection, for a thread that only sends.
+    pub fn sender(&self) -> std::io::Result<UnixStream> {
+        self.writer.try_clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip_and_limits_hold() {
+        let a = Ask::Activity { donor: 1, lease: 2, pages_per_s: 3 };
+        let mut buf = Vec::new();
+        write_json(&mut buf, &a).unwrap();
+        let line = read_line(&mut &buf[..]).unwrap().unwrap();
+        assert_eq!(serde_json::from_str::<Ask>(&line).unwrap(), a);
+        let long = vec![b'x'; MAX_LINE_BYTES + 10];
+        assert!(read_line(&mut &long[..]).is_err());
+        assert!(read_line(&mut &b"{\"status\":null}"[..]).is_err(), "no newline: cut short");
+        assert_eq!(read_line(&mut &b""[..]).unwrap(), None);
+    }
+
+    #[test]
+    fn credentials_round_trip_in_hex() {
+        let c = [0xab; 16];
+        assert_eq!(credential_from_hex(&credential_hex(&c)).unwrap(), c);
+        assert!(credential_from_hex("xyz").is_err());
+        assert!(credential_from_hex(&"g".repeat(32)).is_err());
+    }
+}
