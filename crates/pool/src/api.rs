@@ -5,7 +5,7 @@
 
 use memlend_wire::ctrl::{Credential, LeaseId, NodeId};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -149,40 +149,55 @@ pub fn write_json(w: &mut impl Write, v: &impl Serialize) -> std::io::Result<()>
 
 /// A process's connection to its daemon.
 pub struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
+    stream: UnixStream,
+    /// Bytes read but not yet a whole line: a read that times out mid-line
+    /// keeps them for the next call.
+    partial: Vec<u8>,
 }
 
 impl Client {
     pub fn connect(path: &Path) -> std::io::Result<Client> {
-        let s = UnixStream::connect(path).map_err(|e| {
+        let stream = UnixStream::connect(path).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!("cannot reach memlendd at {}: {e}", path.display()),
             )
         })?;
-        Ok(Client { reader: BufReader::new(s.try_clone()?), writer: s })
+        Ok(Client { stream, partial: Vec::new() })
     }
 
     pub fn ask(&mut self, a: &Ask) -> std::io::Result<()> {
-        write_json(&mut self.writer, a)
+        write_json(&mut self.stream, a)
     }
 
-    /// The next line from the daemon; `timeout` None blocks.
+    /// The next line from the daemon; `timeout` None blocks. A timeout is
+    /// an error of kind `WouldBlock` or `TimedOut`, and loses nothing.
     pub fn next(&mut self, timeout: Option<Duration>) -> std::io::Result<Option<Tell>> {
-        self.reader.get_ref().set_read_timeout(timeout)?;
-        let Some(line) = read_line(&mut self.reader)? else { return Ok(None) };
-        serde_json::from_str(&line).map(Some).map_err(|e| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("bad line from memlendd: {e}"),
-            )
-        })
-    }
-
-    /// Another handle on the same connection, for a thread that only sends.
-    pub fn sender(&self) -> std::io::Result<UnixStream> {
-        self.writer.try_clone()
+        use std::io::Read;
+        self.stream.set_read_timeout(timeout)?;
+        loop {
+            if let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.partial.drain(..=end).collect();
+                return serde_json::from_slice(&line).map(Some).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("bad line from memlendd: {e}"),
+                    )
+                });
+            }
+            if self.partial.len() > MAX_LINE_BYTES {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "memlendd line too long",
+                ));
+            }
+            let mut buf = [0u8; 4096];
+            let n = self.stream.read(&mut buf)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.partial.extend_from_slice(&buf[..n]);
+        }
     }
 }
 

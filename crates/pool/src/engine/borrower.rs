@@ -189,7 +189,14 @@ impl Engine {
     }
 
     pub(super) fn on_confirm(&mut self, donor: NodeId, a: &Ack) {
-        let Some(b) = self.borrowed.get_mut(&(donor, a.lease_id)) else { return };
+        let Some(b) = self.borrowed.get_mut(&(donor, a.lease_id)) else {
+            // Bound after we gave up on it (our RELEASE was lost): free it
+            // now rather than when the donor finds it stranded.
+            if let Some(to) = self.members.get(donor).map(|p| p.ctrl_addr) {
+                self.release_to(to, a.lease_id);
+            }
+            return;
+        };
         if b.state != BorrowedState::Binding {
             return; // a duplicate confirmation
         }

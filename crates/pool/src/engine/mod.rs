@@ -17,7 +17,7 @@ mod output;
 mod types;
 
 pub use config::{Config, MS};
-pub use metrics::{Metrics, KINDS};
+pub use metrics::{kind, Metrics, KINDS};
 pub use output::{Dest, Event, Output};
 pub use types::{Borrowed, BorrowedState, Demand, Lent, LentState, Status};
 
@@ -31,6 +31,7 @@ use std::net::SocketAddr;
 /// call, so reaching this is a bug; it is asserted.
 const MAX_OUTPUTS: usize = 4096;
 
+/// Clone: the model checker forks the whole engine at every choice.
 pub struct Engine {
     cfg: Config,
     now_us: u64,
@@ -54,6 +55,32 @@ pub struct Engine {
     next_heartbeat_us: u64,
     out: VecDeque<Output>,
     metrics: Metrics,
+}
+
+impl Clone for Engine {
+    fn clone(&self) -> Engine {
+        Engine {
+            cfg: self.cfg.clone(),
+            now_us: self.now_us,
+            status: self.status,
+            members: self.members.clone(),
+            selector: self.selector.clone_box(),
+            lent: self.lent.clone(),
+            next_lease_id: self.next_lease_id,
+            next_offer_us: self.next_offer_us,
+            offer_period_us: self.offer_period_us,
+            last_offer_bytes: self.last_offer_bytes,
+            demands: self.demands.clone(),
+            next_request_id: self.next_request_id,
+            offers: self.offers.clone(),
+            rtt_us: self.rtt_us.clone(),
+            arrivals: self.arrivals,
+            borrowed: self.borrowed.clone(),
+            next_heartbeat_us: self.next_heartbeat_us,
+            out: self.out.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
 }
 
 impl Engine {
