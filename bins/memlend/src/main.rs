@@ -1,8 +1,10 @@
 //! `memlend`: the command line. Talks to donors and to the local daemon.
 
+mod balloon;
 mod bench;
 mod donor;
 mod far;
+mod lab;
 mod run;
 mod run_report;
 mod verify;
@@ -34,6 +36,12 @@ enum Cmd {
     /// Run a program with its large allocations in far memory: on donors
     /// (--donor) or a local SSD file. Prints what far memory did at the end.
     Run(run::RunArgs),
+    /// A cluster on one machine: namespaces, a bridge, cgroups, daemons.
+    Lab(lab::LabArgs),
+    /// Hold memory in a detached process (in a lab node with --node).
+    Balloon(balloon::BalloonArgs),
+    #[command(hide = true)]
+    BalloonHold(balloon::HoldArgs),
 }
 
 fn main() {
@@ -48,6 +56,9 @@ fn main() {
         Cmd::Bench(a) => bench::run(&a),
         Cmd::Far(a) => far::run(&a),
         Cmd::Run(a) => run::run(&a),
+        Cmd::Lab(a) => lab::run(&a),
+        Cmd::Balloon(a) => balloon::run(&a),
+        Cmd::BalloonHold(a) => balloon::hold(&a),
     };
     if let Err(e) = result {
         eprintln!("memlend: {e:#}");
