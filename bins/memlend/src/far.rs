@@ -36,22 +36,48 @@ pub struct FarArgs {
     /// Random page touches in the second pass, as a multiple of the pages.
     #[arg(long, default_value_t = 1)]
     pub random_passes: u64,
+    /// Keep touching random pages (checking each) for this many seconds
+    /// after the passes: long enough for a donor to reclaim mid-run.
+    #[arg(long, default_value_t = 0)]
+    pub hold_s: u64,
+    /// Borrow the pages from the cluster through the local memlendd (its API
+    /// socket; default $MEMLEND_POOL or /run/memlend/memlendd.sock). With
+    /// --ssd, that is where reclaimed pages go when no donor has room.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "")]
+    pub pool: Option<PathBuf>,
+}
+
+fn placement(a: &FarArgs) -> Placement {
+    if let Some(api) = &a.pool {
+        let api = if api.as_os_str().is_empty() {
+            memlend_place::pool::default_api_path()
+        } else {
+            api.clone()
+        };
+        return Placement {
+            pool: Some(api),
+            ssd: a.ssd.clone(),
+            key: a.donor.key.clone(),
+            insecure: a.donor.insecure,
+            ..Placement::default()
+        };
+    }
+    match &a.ssd {
+        Some(path) => Placement { ssd: Some(path.clone()), ..Placement::default() },
+        None => Placement {
+            donors: std::iter::once(a.donor.donor).chain(a.more_donors.iter().copied()).collect(),
+            key: a.donor.key.clone(),
+            insecure: a.donor.insecure,
+            ..Placement::default()
+        },
+    }
 }
 
 pub fn run(a: &FarArgs) -> Result<()> {
     if a.local >= a.size {
         bail!("--local must be smaller than --size for far memory to matter");
     }
-    let placement = match &a.ssd {
-        Some(path) => Placement { ssd: Some(path.clone()), ..Placement::default() },
-        None => Placement {
-            donors: std::iter::once(a.donor.donor).chain(a.more_donors.iter().copied()).collect(),
-            key: a.donor.key.clone(),
-            insecure: a.donor.insecure,
-            ssd: None,
-        },
-    };
-    let opened = placement.open(Some(a.size))?;
+    let opened = placement(a).open(Some(a.size))?;
     let (store, where_) = (opened.store, opened.describe);
     let cfg = RegionConfig {
         size_bytes: a.size as usize * PAGE_SIZE,
@@ -68,7 +94,8 @@ pub fn run(a: &FarArgs) -> Result<()> {
         pattern(seed, page as u64, chunk);
     }
     let write_s = t.elapsed().as_secs_f64();
-    let (random_s, random_bad) = random_pass(mem, seed, a.size * a.random_passes);
+    let (random_s, mut random_bad) = random_pass(mem, seed, a.size * a.random_passes);
+    random_bad += hold(mem, seed, a.hold_s);
     let t = Instant::now();
     let mut want = vec![0u8; PAGE_SIZE];
     let mut bad = random_bad;
@@ -101,6 +128,34 @@ pub fn run(a: &FarArgs) -> Result<()> {
         bail!("far memory check failed");
     }
     Ok(())
+}
+
+/// Random checked touches for `hold_s` seconds, a line of progress each.
+/// Every other page touched is also written (the same bytes again), so the
+/// region keeps dirtying pages and writing them back while leases move.
+fn hold(mem: &mut [u8], seed: u64, hold_s: u64) -> u64 {
+    let start = Instant::now();
+    let pages = (mem.len() / PAGE_SIZE) as u64;
+    let mut want = vec![0u8; PAGE_SIZE];
+    let (mut x, mut bad) = (seed | 1, 0);
+    for second in 1..=hold_s {
+        let mut touches = 0u64;
+        while start.elapsed().as_secs() < second {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let page = x % pages;
+            let at = page as usize * PAGE_SIZE;
+            pattern(seed, page, &mut want);
+            bad += u64::from(mem[at..at + PAGE_SIZE] != want[..]);
+            if touches.is_multiple_of(2) {
+                mem[at..at + PAGE_SIZE].copy_from_slice(&want);
+            }
+            touches += 1;
+        }
+        println!("  held {second} s: {touches} pages checked, {bad} differ so far");
+    }
+    bad
 }
 
 /// Touch `touches` random pages and check each against its pattern.

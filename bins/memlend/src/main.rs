@@ -7,6 +7,7 @@ mod far;
 mod lab;
 mod run;
 mod run_report;
+mod status;
 mod verify;
 
 use anyhow::Result;
@@ -24,8 +25,9 @@ struct Cli {
 enum Cmd {
     /// Write a fresh cluster key file (mode 0600).
     Keygen { file: PathBuf },
-    /// Show a donor's budget and this borrower's slabs.
-    Status(donor::DonorArgs),
+    /// Show the cluster as the local memlendd sees it (or one donor's
+    /// budget, with --donor).
+    Status(status::StatusArgs),
     /// Write a pattern to a donor, read it back and compare every byte.
     Verify(verify::VerifyArgs),
     /// Measure the page protocol: pages/s and latency, pipelined.
@@ -51,7 +53,7 @@ fn main() {
         Cmd::Keygen { file } => memlend_node::keyfile::generate(&file).map(|_| {
             println!("wrote a new cluster key to {} (mode 0600)", file.display());
         }),
-        Cmd::Status(a) => donor::status(&a),
+        Cmd::Status(a) => status::run(&a),
         Cmd::Verify(a) => verify::run(&a),
         Cmd::Bench(a) => bench::run(&a),
         Cmd::Far(a) => far::run(&a),

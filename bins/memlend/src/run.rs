@@ -30,8 +30,13 @@ pub struct RunArgs {
     /// Keep far pages in a local file instead (SSD as memory): a new path, a
     /// directory, or a block device. The default when no donor is named:
     /// $MEMLEND_SSD_DIR or /var/tmp.
-    #[arg(long, conflicts_with = "donors")]
+    #[arg(long)]
     pub ssd: Option<PathBuf>,
+    /// Borrow from the cluster through the local memlendd (its API socket;
+    /// default $MEMLEND_POOL or /run/memlend/memlendd.sock). --ssd is then
+    /// where reclaimed pages go when no other donor has room.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "", conflicts_with = "donors")]
+    pub pool: Option<PathBuf>,
     /// The cluster key file, for donors.
     #[arg(long, conflicts_with = "insecure")]
     pub key: Option<PathBuf>,
@@ -64,18 +69,26 @@ pub fn run(a: &RunArgs) -> Result<()> {
     if local < 4096 {
         bail!("--local must be at least one page");
     }
+    if !a.donors.is_empty() && a.ssd.is_some() {
+        bail!("give --donor or --ssd, not both");
+    }
+    let pool = a.pool.as_ref().map(|p| match p.as_os_str().is_empty() {
+        true => memlend_place::pool::default_api_path(),
+        false => absolute(p),
+    });
     let placement = Placement {
         donors: a.donors.clone(),
         ssd: a.ssd.clone(),
         key: a.key.clone(),
         insecure: a.insecure,
+        pool,
     };
     let (where_, room) = preflight(&placement, a.far)?;
     let far = a.far.unwrap_or_else(|| default_far(local, room));
     let stats_dir = tempdir()?;
     let mut cmd = Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..]);
-    set_env(&mut cmd, a, &shim_path, (local, far), &stats_dir);
+    set_env(&mut cmd, a, &placement, &shim_path, (local, far), &stats_dir);
     let started = Instant::now();
     let status = spawn_and_wait(&mut cmd, &a.cmd[0]);
     let elapsed_s = started.elapsed().as_secs_f64();
@@ -103,6 +116,12 @@ fn default_far(local: u64, room: Option<u64>) -> u64 {
 /// large malloc: donors must answer (and have room), the SSD path be usable.
 /// Returns where the pages go, and the donors' room in bytes.
 fn preflight(p: &Placement, far: Option<u64>) -> Result<(String, Option<u64>)> {
+    if let Some(api) = &p.pool {
+        // The daemon must answer now; whether the cluster has room is only
+        // known when a process asks (and each process asks for itself).
+        memlend_pool::api::Client::connect(api)?;
+        return Ok((format!("the cluster (memlendd at {})", api.display()), None));
+    }
     if !p.donors.is_empty() {
         let room = memlend_place::room_on_donors(p)?;
         if let Some(far) = far.filter(|&f| f > room) {
@@ -130,7 +149,14 @@ fn parent(path: &Path) -> PathBuf {
     }
 }
 
-fn set_env(cmd: &mut Command, a: &RunArgs, lib: &Path, (local, far): (u64, u64), stats: &Path) {
+fn set_env(
+    cmd: &mut Command,
+    a: &RunArgs,
+    placement: &Placement,
+    lib: &Path,
+    (local, far): (u64, u64),
+    stats: &Path,
+) {
     let preload = match std::env::var("LD_PRELOAD") {
         Ok(old) if !old.is_empty() => format!("{}:{old}", lib.display()),
         _ => lib.display().to_string(),
@@ -146,6 +172,7 @@ fn set_env(cmd: &mut Command, a: &RunArgs, lib: &Path, (local, far): (u64, u64),
         (shim::SSD, a.ssd.as_ref().map(|p| absolute(p).display().to_string())),
         (shim::KEY, a.key.as_ref().map(|p| absolute(p).display().to_string())),
         (shim::INSECURE, a.insecure.then(|| "1".to_string())),
+        (shim::POOL, placement.pool.as_ref().map(|p| p.display().to_string())),
     ];
     for (name, value) in optional {
         match value {

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 #[command(version, about)]
 pub struct Args {
     /// How much memory to lend in all, e.g. `2G`. Refused if the node cannot
-    /// really give it.
+    /// really give it. Required without --cluster; with it, a cap on what the
+    /// classifier may lend.
     #[arg(long, value_parser = memlend_node::size::parse_pages, value_name = "SIZE")]
-    pub lend: u64,
+    pub lend: Option<u64>,
 
     /// Address for the page protocol (borrowers).
     #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]
@@ -65,6 +66,66 @@ pub struct Args {
     /// Seconds a borrower's slabs survive after its last connection drops.
     #[arg(long, default_value_t = 60)]
     pub orphan_grace_s: u64,
+
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// The ACMS control plane: classify this node, lend and borrow on its own.
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    /// Join a cluster: lend only through leases the control plane grants.
+    #[arg(long = "cluster")]
+    pub enabled: bool,
+
+    /// This node's name (default: the host name); the same name after a
+    /// restart is the same node.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// UDP address for control messages.
+    #[arg(long, default_value = "0.0.0.0:7071", value_name = "ADDR")]
+    pub control: SocketAddr,
+
+    /// Broadcast address of the LAN, e.g. 10.77.0.255:7071.
+    #[arg(long, value_name = "ADDR")]
+    pub broadcast: Option<SocketAddr>,
+
+    /// A peer's control address, for networks without broadcast; repeatable.
+    #[arg(long = "seed", value_name = "ADDR")]
+    pub seeds: Vec<SocketAddr>,
+
+    /// The address peers use for this node's page protocol (default: the
+    /// --listen address).
+    #[arg(long, value_name = "IP")]
+    pub advertise: Option<std::net::IpAddr>,
+
+    /// Unix socket for local processes (`memlend run --pool`, `memlend status`).
+    #[arg(long, default_value = "/run/memlend/memlendd.sock", value_name = "PATH")]
+    pub api: PathBuf,
+
+    /// Serve Prometheus metrics on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+
+    /// Where memory use comes from: `auto` (this process's memory cgroup if
+    /// it has a limit, else the host), `host`, or a cgroup directory.
+    #[arg(long, default_value = "auto", value_name = "SOURCE")]
+    pub memory: String,
+
+    /// MEM_MIN_LOW,MEM_MIN_HIGH,MEM_MAX_LOW,MEM_MAX_HIGH as fractions of
+    /// node memory.
+    #[arg(long, default_value = "0.40,0.50,0.75,0.85", value_name = "F,F,F,F")]
+    pub thresholds: String,
+
+    /// How to choose among donors: first, round-robin, nearest, most-free.
+    #[arg(long, default_value = "first", value_name = "POLICY")]
+    pub selector: String,
+
+    /// Write what the node does (a sample a second, every control message)
+    /// to this file, one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
 }
 
 fn parse_export(text: &str) -> Result<(String, u64), String> {

@@ -6,6 +6,7 @@
 //! later as another service beside these two.
 
 mod args;
+mod cluster;
 mod run;
 
 use clap::Parser;

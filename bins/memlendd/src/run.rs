@@ -13,31 +13,23 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 pub fn run(args: Args) -> Result<()> {
-    let lend_bytes = args.lend * PAGE_SIZE as u64;
-    meminfo::check_lend(lend_bytes, &meminfo::Memory::read()?)?;
+    let lend_pages = lend_pages(&args)?;
+    let lend_bytes = lend_pages * PAGE_SIZE as u64;
+    if !args.cluster.enabled {
+        meminfo::check_lend(lend_bytes, &meminfo::Memory::read()?)?;
+    }
     if args.mlock {
         meminfo::check_mlock(lend_bytes)?;
     }
-    let key = match (&args.key, args.insecure) {
-        (Some(path), _) => Some(keyfile::load(path)?),
-        (None, true) => {
-            tracing::warn!(
-                "running INSECURE: no cluster key, any client may borrow and read pages"
-            );
-            None
-        }
-        (None, false) => {
-            bail!("give --key FILE (make one with `memlend keygen FILE`) or --insecure")
-        }
-    };
+    let key = load_key(&args)?;
     if args.swap_safe {
         memlend_node::process::make_swap_safe()?;
         tracing::info!("swap-safe: all memory locked, PR_SET_IO_FLUSHER set");
     }
     let ram = RamOptions { prealloc: args.prealloc, mlock: args.mlock };
-    let exports = nbd_exports(&args)?;
+    let exports = nbd_exports(&args, lend_pages)?;
     let export_pages: u64 = exports.iter().map(|(_, p)| p).sum();
-    if export_pages > args.lend {
+    if export_pages > lend_pages {
         bail!(
             "the exports need {} but --lend is {}",
             human(export_pages * 4096),
@@ -48,9 +40,13 @@ pub fn run(args: Args) -> Result<()> {
         let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, ram)?);
         Ok(s)
     });
-    let registry = Registry::new(args.lend - export_pages, factory);
+    let slab_pages = lend_pages - export_pages;
+    let registry = match args.cluster.enabled {
+        true => Registry::leased(slab_pages, factory),
+        false => Registry::new(slab_pages, factory),
+    };
     let cfg = PageServerConfig {
-        key,
+        key: key.clone(),
         max_connections: args.max_connections,
         orphan_grace: Duration::from_secs(args.orphan_grace_s),
         spin_before_sleep: Duration::from_micros(args.spin_us),
@@ -60,10 +56,12 @@ pub fn run(args: Args) -> Result<()> {
     let shutdown = Shutdown::new();
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let data_addr = listener.local_addr()?;
     tracing::info!(
-        listen = %listener.local_addr()?,
+        listen = %data_addr,
         lend = %human(lend_bytes),
-        slabs = %human((args.lend - export_pages) * 4096),
+        slabs = %human(slab_pages * 4096),
+        cluster = args.cluster.enabled,
         mlock = args.mlock,
         prealloc = args.prealloc,
         "lending"
@@ -74,6 +72,23 @@ pub fn run(args: Args) -> Result<()> {
     })?];
     if let Some(addr) = args.nbd {
         threads.push(crate::run::start_nbd(addr, &exports, ram, &args, shutdown.clone())?);
+    }
+    if args.cluster.enabled {
+        let ip = args.cluster.advertise.unwrap_or(data_addr.ip());
+        if ip.is_unspecified() {
+            bail!("--listen {data_addr} is not an address peers can reach: give --advertise IP");
+        }
+        let advertised = std::net::SocketAddr::new(ip, data_addr.port());
+        let raw_key = key.as_ref().map(|k| k.bytes());
+        let cap = args.lend;
+        threads.extend(crate::cluster::start(
+            &args.cluster,
+            cap,
+            raw_key,
+            Arc::clone(&server),
+            advertised,
+            shutdown.clone(),
+        )?);
     }
     wait_for_signal()?;
     tracing::info!("stopping");
@@ -92,7 +107,33 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn nbd_exports(args: &Args) -> Result<Vec<(String, u64)>> {
+/// Without --cluster, --lend is the budget. With it, the budget is at most
+/// --lend and otherwise the node's memory: the classifier decides how much
+/// of it is really lent at any time.
+fn lend_pages(args: &Args) -> Result<u64> {
+    match (args.lend, args.cluster.enabled) {
+        (Some(p), _) => Ok(p),
+        (None, true) => Ok(meminfo::Memory::read()?.total_bytes / PAGE_SIZE as u64),
+        (None, false) => bail!("give --lend SIZE (or --cluster, to lend what the node can spare)"),
+    }
+}
+
+fn load_key(args: &Args) -> Result<Option<memlend_wire::page::Key>> {
+    match (&args.key, args.insecure) {
+        (Some(path), _) => Ok(Some(keyfile::load(path)?)),
+        (None, true) => {
+            tracing::warn!(
+                "running INSECURE: no cluster key, any client may borrow and read pages"
+            );
+            Ok(None)
+        }
+        (None, false) => {
+            bail!("give --key FILE (make one with `memlend keygen FILE`) or --insecure")
+        }
+    }
+}
+
+fn nbd_exports(args: &Args, lend_pages: u64) -> Result<Vec<(String, u64)>> {
     if args.nbd.is_none() {
         if !args.exports.is_empty() {
             bail!("--export needs --nbd ADDR");
@@ -100,7 +141,7 @@ fn nbd_exports(args: &Args) -> Result<Vec<(String, u64)>> {
         return Ok(Vec::new());
     }
     if args.exports.is_empty() {
-        return Ok(vec![("memlend".to_string(), args.lend)]);
+        return Ok(vec![("memlend".to_string(), lend_pages)]);
     }
     Ok(args.exports.clone())
 }

@@ -39,7 +39,7 @@ pub fn room_bytes(p: &Placement) -> Result<u64> {
     Ok(each * p.donors.len() as u64 * memlend_store::PAGE_SIZE as u64)
 }
 
-fn client_config(p: &Placement) -> Result<ClientConfig> {
+pub(crate) fn client_config(p: &Placement) -> Result<ClientConfig> {
     let key = p.key.as_deref().map(memlend_node::keyfile::load).transpose()?;
     if key.is_none() && !p.insecure {
         bail!("donors need the cluster key (--key FILE), or --insecure for keyless donors");

@@ -7,6 +7,8 @@ pub const LOCAL: &str = "MEMLEND_LOCAL";
 pub const FAR: &str = "MEMLEND_FAR";
 /// Comma-separated donor addresses.
 pub const DONORS: &str = "MEMLEND_DONORS";
+/// The local memlendd's API socket: borrow from the cluster.
+pub const POOL: &str = "MEMLEND_POOL";
 /// SSD path (file, directory or block device) when there are no donors.
 pub const SSD: &str = "MEMLEND_SSD";
 /// Cluster key file.

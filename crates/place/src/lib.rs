@@ -8,6 +8,8 @@
 
 mod donors;
 pub mod env;
+pub mod pool;
+mod reclaim;
 mod ssd;
 
 use anyhow::{bail, Result};
@@ -37,6 +39,10 @@ pub struct Placement {
     pub key: Option<PathBuf>,
     /// Talk to donors that run without a key.
     pub insecure: bool,
+    /// Borrow from the cluster through the local memlendd's API socket
+    /// instead of naming donors. `ssd`, if given, is where reclaimed pages
+    /// go home when no other donor has room.
+    pub pool: Option<PathBuf>,
 }
 
 /// A store opened for a placement.
@@ -54,6 +60,13 @@ impl Placement {
         if pages == Some(0) {
             bail!("a far-memory store needs at least one page");
         }
+        if let Some(api) = &self.pool {
+            if !self.donors.is_empty() {
+                bail!("give --pool or donors, not both");
+            }
+            let Some(pages) = pages else { bail!("borrowing from the cluster needs a size") };
+            return pool::open(self, api, pages);
+        }
         if !self.donors.is_empty() {
             if self.ssd.is_some() {
                 bail!("give donors or an SSD path, not both");
@@ -69,6 +82,10 @@ impl Placement {
 /// an error names a donor that cannot be reached or has no room.
 pub fn room_on_donors(p: &Placement) -> Result<u64> {
     donors::room_bytes(p)
+}
+
+pub(crate) fn human_pages(pages: u64) -> String {
+    memlend_node::size::human(pages * memlend_store::PAGE_SIZE as u64)
 }
 
 /// `$MEMLEND_SSD_DIR`, else `/var/tmp` (on disk, unlike a tmpfs `/tmp`).

@@ -5,6 +5,8 @@
 //! driven by the daemon, so it can be tested exhaustively.
 
 pub mod api;
+pub mod classify;
 pub mod engine;
 pub mod members;
+pub mod monitor;
 pub mod select;

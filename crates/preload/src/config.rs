@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use memlend_place::env::{DEFAULT_THRESHOLD_BYTES, DONORS as ENV_DONORS, FAR as ENV_FAR};
 use memlend_place::env::{INSECURE as ENV_INSECURE, KEY as ENV_KEY, LOCAL as ENV_LOCAL};
-use memlend_place::env::{SSD as ENV_SSD, STATS_DIR as ENV_STATS_DIR, THRESHOLD as ENV_THRESHOLD};
+use memlend_place::env::{
+    POOL as ENV_POOL, SSD as ENV_SSD, STATS_DIR as ENV_STATS_DIR, THRESHOLD as ENV_THRESHOLD,
+};
 
 #[derive(Debug)]
 pub struct Config {
@@ -43,6 +45,7 @@ pub fn from_env() -> Result<Option<Config>> {
         ssd: var(ENV_SSD).map(PathBuf::from),
         key: var(ENV_KEY).map(PathBuf::from),
         insecure: var(ENV_INSECURE).is_some_and(|v| v == "1"),
+        pool: var(ENV_POOL).map(PathBuf::from),
     };
     if local_bytes < 4096 {
         bail!("{ENV_LOCAL}={local}: the local budget must be at least one page");

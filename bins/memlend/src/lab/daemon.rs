@@ -3,14 +3,45 @@
 
 use super::{procs, state};
 use anyhow::{Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 /// The daemon's arguments for one node; `lab up --daemon-arg` values are
-/// appended after these.
-pub fn daemon_args(node: &str, addr: &str) -> Vec<String> {
-    vec!["--node".into(), node.into(), "--lab-address".into(), addr.into()]
+/// appended after these. Every node joins the lab's cluster by broadcast on
+/// its bridge, with the lab's key; its API socket and timeline sit in the
+/// lab's state directory (unix sockets are not per namespace).
+pub fn daemon_args(node: &str, addr: &str, broadcast: &str, dir: &Path) -> Vec<String> {
+    let at = |name: &str| dir.join(name).display().to_string();
+    [
+        "--cluster",
+        "--node",
+        node,
+        "--listen",
+        &format!("{addr}:7070"),
+        "--broadcast",
+        &format!("{broadcast}:7071"),
+        "--key",
+        &at("key"),
+        "--api",
+        &at(&format!("{node}.sock")),
+        "--timeline",
+        &at(&format!("{node}.timeline")),
+        "--memory",
+        &super::names::cgroup_dir(node).display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The lab's cluster key, made once per lab (mode 0600).
+pub fn make_key(dir: &Path) -> Result<()> {
+    let path = dir.join("key");
+    if !path.exists() {
+        memlend_node::keyfile::generate(&path)?;
+    }
+    Ok(())
 }
 
 /// memlendd sits next to the memlend binary (same cargo target dir or
@@ -28,9 +59,9 @@ pub fn daemon_path() -> Result<PathBuf> {
 
 /// Start memlendd detached inside the node; writes its pid file and returns
 /// the pid.
-pub fn start(node: &str, addr: &str, extra: &[String]) -> Result<i32> {
+pub fn start(node: &str, addr: &str, broadcast: &str, dir: &Path, extra: &[String]) -> Result<i32> {
     let mut cmd = Command::new(daemon_path()?);
-    cmd.args(daemon_args(node, addr)).args(extra);
+    cmd.args(daemon_args(node, addr, broadcast, dir)).args(extra);
     procs::in_node(&mut cmd, node)?;
     procs::detach(&mut cmd, &state::log_file(node)?)?;
     let child = cmd.spawn().with_context(|| format!("cannot start memlendd on {node}"))?;

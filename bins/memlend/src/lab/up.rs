@@ -69,9 +69,11 @@ fn build(a: &UpArgs, subnet: &Subnet) -> Result<()> {
         nodes.push(NodeState { name, address: subnet.node_addr(i)?.to_string(), pid: None });
     }
     if !a.no_daemon {
+        daemon::make_key(&dir)?;
+        let broadcast = subnet.broadcast().to_string();
         let mut started = Vec::new();
         for n in &mut nodes {
-            let pid = daemon::start(&n.name, &n.address, &a.daemon_args)?;
+            let pid = daemon::start(&n.name, &n.address, &broadcast, &dir, &a.daemon_args)?;
             n.pid = Some(pid);
             started.push((n.name.clone(), pid));
         }

@@ -123,7 +123,9 @@ impl Engine {
             arrival: self.arrivals,
         });
         if d.decide_us.is_none() {
-            d.decide_us = Some(self.now_us + self.cfg.grant_window_ms * MS);
+            let window_ms =
+                if self.selector.waits_for_more() { self.cfg.grant_window_ms } else { 0 };
+            d.decide_us = Some(self.now_us + window_ms * MS);
         }
     }
 

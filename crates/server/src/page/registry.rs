@@ -145,7 +145,11 @@ impl Registry {
         let leased = inner.leases.as_ref().map(|l| l.get(&id).copied().unwrap_or(0));
         let b = inner.borrowers.entry(id).or_default();
         if leased.is_some_and(|quota| b.pages() + pages > quota) {
-            tracing::warn!(pages, lease_pages = leased, "slab refused: beyond the borrower's lease");
+            tracing::warn!(
+                pages,
+                lease_pages = leased,
+                "slab refused: beyond the borrower's lease"
+            );
             return Err(Status::NoSpace);
         }
         if b.slabs.len() >= limits::MAX_SLABS_PER_BORROWER as usize {

@@ -14,11 +14,13 @@
 pub mod checksum;
 pub mod concat;
 mod fan_out;
+pub mod relocate;
 pub mod stats;
 pub mod stripe;
 
 pub use checksum::Checksum;
 pub use concat::Concat;
+pub use relocate::Relocatable;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};
 pub use stripe::Stripe;
 

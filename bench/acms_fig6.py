@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""The ACMS Figure 6 scenario on a lab of three nodes, as a test and a demo.
+
+  A (n1) idle: a server.   B (n2): a far-memory job borrows from A.
+  C (n3) ballooned: neutral.
+  Then A's own demand rises (balloon): A reclaims, B moves its pages home.
+  C's balloon goes: C becomes a server. A starts a far-memory job of its
+  own: A is a client now, and borrows from C.
+
+Each node's traffic (its veth's counters) is sampled every 0.5 s and drawn
+beside the control messages the daemons logged. Asserts: the classes change
+as expected and do not oscillate; every page of B's (and A's) job verifies;
+no lease is left anywhere at the end. Exit status 0 only if all hold.
+
+Usage: acms_fig6.py [--out DIR]   (root; builds nothing: run `make build`)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, bin_path  # noqa: E402
+
+PREFIX = "f6"
+NODES = ["n1", "n2", "n3"]
+NAMES = {"n1": "A", "n2": "B", "n3": "C"}
+LAB = "/run/memlend-lab"
+JOB_SIZE = "256M"
+JOB_LOCAL = "32M"
+
+
+def memlend(*args, check=True, capture=False, timeout=120):
+    cmd = [bin_path("memlend"), *args]
+    r = subprocess.run(cmd, capture_output=capture, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr if capture else ''}")
+    return r
+
+
+def status(node):
+    r = memlend("status", "--json", "--api", f"{LAB}/{node}.sock", check=False, capture=True, timeout=10)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def veth_bytes(node):
+    # The bridge side of each node's veth pair, seen from the root namespace.
+    base = f"/sys/class/net/{PREFIX}-{node}-br/statistics"
+    try:
+        return sum(int(open(f"{base}/{k}").read()) for k in ("rx_bytes", "tx_bytes"))
+    except OSError:
+        return 0
+
+
+class Sampler(threading.Thread):
+    """Traffic and class of every node, every 0.5 s, until stopped."""
+
+    def __init__(self, t0):
+        super().__init__(daemon=True)
+        self.t0, self.rows, self.stop = t0, [], threading.Event()
+
+    def run(self):
+        last = {n: veth_bytes(n) for n in NODES}
+        last_t = time.time()
+        while not self.stop.wait(0.5):
+            now = time.time()
+            row = {"t_s": round(now - self.t0, 2)}
+            for n in NODES:
+                b = veth_bytes(n)
+                row[f"{n}_mb_s"] = (b - last[n]) / (now - last_t) / 1e6
+                last[n] = b
+                st = status(n)
+                row[f"{n}_class"] = st["node"]["class"] if st else "?"
+                row[f"{n}_lent"] = st["node"]["lent_bytes"] if st else 0
+                row[f"{n}_borrowed"] = st["node"]["borrowed_bytes"] if st else 0
+            last_t = now
+            self.rows.append(row)
+
+
+def wait_for(what, pred, timeout_s):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def job(node, hold_s, log):
+    args = ["lab", "exec", node, "--", bin_path("memlend"), "far", "--pool", f"{LAB}/{node}.sock",
+            "--key", f"{LAB}/key", "--size", JOB_SIZE, "--local", JOB_LOCAL, "--hold-s", str(hold_s),
+            "--ssd", "/var/tmp"]
+    return subprocess.Popen([bin_path("memlend"), *args], stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def classes(rows, node):
+    """The sequence of distinct classes a node went through."""
+    seq = []
+    for r in rows:
+        c = r[f"{node}_class"]
+        if c != "?" and (not seq or seq[-1] != c):
+            seq.append(c)
+    return seq
+
+
+def scenario(out):
+    memlend("lab", "down", check=False)
+    memlend("lab", "up", "3", "--mem", "1G", "--prefix", PREFIX)
+    t0 = time.time()
+    marks = []
+
+    def mark(text):
+        marks.append((round(time.time() - t0, 2), text))
+        print(f"[{marks[-1][0]:6.1f} s] {text}", flush=True)
+
+    wait_for("the nodes to find each other", lambda: all((status(n) or {}).get("peers", []).__len__() == 2 for n in NODES), 30)
+    memlend("balloon", "600M", "--node", "n3")
+    mark("C ballooned to 600M (neutral)")
+    sampler = Sampler(t0)
+    sampler.start()
+    wait_for("A to be a server", lambda: (status("n1") or {}).get("node", {}).get("class") == "server", 30)
+    log_b = open(os.path.join(out, "job_b.log"), "w")
+    b = job("n2", 35, log_b)
+    mark("B starts a far-memory job")
+    wait_for("B to borrow from A", lambda: (status("n1") or {}).get("node", {}).get("lent_bytes", 0) >= 256 << 20, 30)
+    mark("B borrows from A")
+    time.sleep(8)
+    memlend("balloon", "600M", "--node", "n1")
+    mark("A's own demand rises (balloon 600M)")
+    wait_for("A to take its memory back", lambda: (status("n1") or {}).get("node", {}).get("lent_bytes", 1) == 0, 60)
+    mark("A has reclaimed everything")
+    memlend("balloon", "0", "--node", "n3", "--release")
+    mark("C's balloon released")
+    wait_for("C to be a server", lambda: (status("n3") or {}).get("node", {}).get("class") == "server", 30)
+    log_a = open(os.path.join(out, "job_a.log"), "w")
+    a = job("n1", 15, log_a)
+    mark("A starts a far-memory job of its own")
+    wait_for("A to borrow from C", lambda: (status("n3") or {}).get("node", {}).get("lent_bytes", 0) >= 256 << 20, 30)
+    mark("A borrows from C")
+    rc_b, rc_a = b.wait(timeout=180), a.wait(timeout=180)
+    mark(f"jobs done (B exit {rc_b}, A exit {rc_a})")
+    wait_for("every lease to end", lambda: all((status(n) or {}).get("lent", [1]) == [] and (status(n) or {}).get("borrowed", [1]) == [] for n in NODES), 30)
+    mark("no lease left anywhere")
+    time.sleep(2)
+    sampler.stop.set()
+    sampler.join()
+    return sampler.rows, marks, (rc_a, rc_b)
+
+
+def timelines():
+    msgs = []
+    for n in NODES:
+        try:
+            for line in open(f"{LAB}/{n}.timeline"):
+                e = json.loads(line)
+                if "dir" in e and e["dir"] == "send":
+                    msgs.append((e["t_ms"] / 1000, n, e["type"]))
+        except OSError:
+            pass
+    return msgs
+
+
+def plot(rows, marks, msgs, t0_wall, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(4, 1, figsize=(10, 9), sharex=True, gridspec_kw={"height_ratios": [2, 2, 2, 1.5]})
+    t = [r["t_s"] for r in rows]
+    for ax, n in zip(axes, NODES):
+        ax.plot(t, [r[f"{n}_mb_s"] for r in rows], lw=1.2)
+        ax.set_ylabel(f"node {NAMES[n]}\nMB/s")
+        for tm, _ in marks:
+            ax.axvline(tm, color="0.85", lw=0.8, zorder=0)
+        prev = None
+        for r in rows:
+            if r[f"{n}_class"] != prev:
+                prev = r[f"{n}_class"]
+                ax.annotate(prev, (r["t_s"], 0), xytext=(2, 2), textcoords="offset points", fontsize=7, color="C3")
+    kinds = ["offer", "request", "grant", "ack", "reclaim", "release"]
+    ax = axes[3]
+    for (ts, n, kind) in msgs:
+        if kind in kinds:
+            ax.scatter(ts - t0_wall, NODES.index(n), marker="|", s=60, color=f"C{kinds.index(kind)}")
+    ax.set_yticks(range(3), [NAMES[n] for n in NODES])
+    ax.set_ylabel("messages\nsent")
+    for i, k in enumerate(kinds):
+        ax.scatter([], [], marker="|", color=f"C{i}", label=k)
+    ax.legend(ncol=6, fontsize=7, loc="upper right")
+    axes[-1].set_xlabel("seconds")
+    fig.suptitle("ACMS Figure 6 on memlend: B borrows from A; A reclaims; A borrows from C")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def check(rows, rcs, out):
+    failures = []
+    want = {"n1": ["server", "neutral", "client"], "n2": ["client"], "n3": ["neutral", "server"]}
+    for n, seq in want.items():
+        got = classes(rows, n)
+        it = iter(got)
+        if not all(c in it for c in seq):
+            failures.append(f"node {NAMES[n]}: classes {got}, expected {seq} in order")
+        if len(got) > 5:
+            failures.append(f"node {NAMES[n]} oscillates: {got}")
+    for name, rc, log in (("A", rcs[0], "job_a.log"), ("B", rcs[1], "job_b.log")):
+        text = open(os.path.join(out, log)).read()
+        if rc != 0 or " 0 of " not in text:
+            failures.append(f"{name}'s job: exit {rc}, pages did not all verify (see {log})")
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "acms_fig6"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        t0_wall = time.time()
+        rows, marks, rcs = scenario(args.out)
+        msgs = timelines()
+    finally:
+        memlend("lab", "down", check=False)
+    failures = check(rows, rcs, args.out)
+    plot(rows, marks, msgs, t0_wall, os.path.join(args.out, "acms_fig6.png"))
+    summary = {n: classes(rows, n) for n in NODES}
+    json.dump({"rows": rows, "marks": marks, "messages": msgs, "classes": summary, "failures": failures},
+              open(os.path.join(args.out, "acms_fig6.json"), "w"), indent=1)
+    print("\nclasses over time:")
+    for n in NODES:
+        print(f"  {NAMES[n]}: {' -> '.join(summary[n])}")
+    print(f"plot: {os.path.join(args.out, 'acms_fig6.png')}")
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print("Figure 6 scenario: every expectation held")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+//! Pages on leases from the cluster: ask the local `memlendd` for memory,
+//! open one slab per lease (the lease's credential is the borrower id), and
+//! join them end to end. Each lease sits in a `Relocatable`, so when its
+//! donor reclaims it the pages move (to another lease, or home) while the
+//! program runs; `reclaim.rs` does that on its own thread.
+
+use crate::{Opened, Placement};
+use anyhow::{bail, Context, Result};
+use memlend_pool::api::{self, Ask, Client, LeaseGrant, Tell};
+use memlend_remote::{ClientConfig, RemoteStore};
+use memlend_store::layer::relocate::Relocatable;
+use memlend_store::layer::{Concat, Stats};
+use memlend_store::{PageStore, PAGE_SIZE};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long to wait for the cluster to answer a demand.
+pub const WANT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One lease (or a home store) inside the region.
+pub struct Member {
+    /// `(donor, lease)`; `None` once the pages moved home.
+    pub lease: Option<(u64, u64)>,
+    pub donor_name: String,
+    pub pages: u64,
+    pub reloc: Arc<Relocatable>,
+    pub stats: Arc<Stats<Arc<Relocatable>>>,
+}
+
+pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
+    let mut client = Client::connect(api_path)?;
+    let grants = want(&mut client, pages * PAGE_SIZE as u64, WANT_TIMEOUT)?;
+    let got: u64 = grants.iter().map(|g| g.bytes).sum::<u64>() / PAGE_SIZE as u64;
+    if got < pages {
+        bail!(
+            "the cluster lent {} of the {} asked: no donor has room now",
+            crate::human_pages(got),
+            crate::human_pages(pages)
+        );
+    }
+    let cfg = crate::donors::client_config(p)?;
+    let mut members = Vec::new();
+    for g in &grants {
+        let store = open_lease(g, &cfg)?;
+        members.push(member(Some((g.donor, g.lease)), &g.donor_name, store));
+    }
+    let stores: Vec<Arc<dyn PageStore>> =
+        members.iter().map(|m| Arc::clone(&m.stats) as Arc<dyn PageStore>).collect();
+    let store = Concat::new(stores)?;
+    let names: Vec<&str> = grants.iter().map(|g| g.donor_name.as_str()).collect();
+    let describe = format!("{} lease(s) from {}", grants.len(), names.join(", "));
+    let home = p.ssd.clone();
+    crate::reclaim::spawn(client, members, cfg, home)?;
+    Ok(Opened { store: Arc::new(store), pages, describe })
+}
+
+pub fn member(lease: Option<(u64, u64)>, donor_name: &str, store: Arc<dyn PageStore>) -> Member {
+    let pages = store.info().pages;
+    let reloc = Arc::new(Relocatable::new(store));
+    let stats = Arc::new(Stats::new(Arc::clone(&reloc)));
+    Member { lease, donor_name: donor_name.to_string(), pages, reloc, stats }
+}
+
+/// Ask for `bytes`; collect leases until they cover it, the daemon says it
+/// cannot, or `timeout` passes. Other lines are returned to nobody: this
+/// runs before the reclaim thread exists.
+pub fn want(client: &mut Client, bytes: u64, timeout: Duration) -> Result<Vec<LeaseGrant>> {
+    client.ask(&Ask::Want { bytes })?;
+    let start = Instant::now();
+    let mut grants = Vec::new();
+    let mut got = 0;
+    while got < bytes {
+        let left =
+            timeout.checked_sub(start.elapsed()).context("memlendd did not answer in time")?;
+        match client.next(Some(left.max(Duration::from_millis(1))))? {
+            Some(Tell::Lease(g)) => {
+                got += g.bytes;
+                grants.push(g);
+            }
+            Some(Tell::Unmet { .. }) => break,
+            Some(Tell::Error { message }) => bail!("memlendd: {message}"),
+            Some(_) => {}
+            None => bail!("memlendd closed the connection"),
+        }
+    }
+    Ok(grants)
+}
+
+pub fn open_lease(g: &LeaseGrant, cfg: &ClientConfig) -> Result<Arc<dyn PageStore>> {
+    let mut cfg = cfg.clone();
+    cfg.borrower_id = api::credential_from_hex(&g.credential).map_err(anyhow::Error::msg)?;
+    let pages = g.bytes / PAGE_SIZE as u64;
+    let s = RemoteStore::open(g.data_addr, cfg, pages).with_context(|| {
+        format!("cannot open lease {} on {} ({})", g.lease, g.donor_name, g.data_addr)
+    })?;
+    Ok(Arc::new(s))
+}
+
+/// `$MEMLEND_POOL` or the daemon's default socket.
+pub fn default_api_path() -> PathBuf {
+    std::env::var_os(crate::env::POOL)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/run/memlend/memlendd.sock".into())
+}

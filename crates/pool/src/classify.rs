@@ -1,0 +1,243 @@
+//! The ACMS classifier (section 4.2): server, neutral or client from the
+//! node's own memory use, with guard bands and hold times so a node does not
+//! oscillate, plus how much a server may lend.
+//!
+//! ```text
+//!   used:  0 ---- MIN_LOW ---- MIN_HIGH ----- MAX_LOW ---- MAX_HIGH ---- 1
+//!   enter server <|            |> leave server
+//!                                   leave client <|          |> enter client
+//! ```
+//! Local far-memory demand that no donor met also makes a node a client. A
+//! class change needs `confirm_samples` samples in a row and `min_hold_ms`
+//! in the old class, except that a server whose use crosses MAX_HIGH leaves
+//! at once (its own work comes first). The offer grows only after
+//! `quiet_samples` calm samples in a row (Infiniswap's donor daemon) and
+//! shrinks at once.
+
+use crate::monitor::Sample;
+use memlend_wire::ctrl::NodeClass;
+use std::str::FromStr;
+use thiserror::Error;
+
+/// PSI "some" avg10 (%) above which memory is under pressure: no growth of
+/// the offer, no entering the server class.
+pub const PSI_PRESSURE_PCT: f64 = 5.0;
+
+#[derive(Debug, Error, PartialEq)]
+pub enum ConfigError {
+    #[error("thresholds must be 0 <= MEM_MIN_LOW < MEM_MIN_HIGH <= MEM_MAX_LOW < MEM_MAX_HIGH <= 1, got {0:?}")]
+    Order([f64; 4]),
+    #[error("thresholds are four fractions separated by commas, e.g. 0.40,0.50,0.75,0.85: {0}")]
+    Syntax(String),
+    #[error("smoothing alpha must be in (0, 1], got {0}")]
+    Alpha(f64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Thresholds {
+    pub min_low: f64,
+    pub min_high: f64,
+    pub max_low: f64,
+    pub max_high: f64,
+}
+
+impl Thresholds {
+    pub fn new(
+        min_low: f64,
+        min_high: f64,
+        max_low: f64,
+        max_high: f64,
+    ) -> Result<Thresholds, ConfigError> {
+        let ok = 0.0 <= min_low
+            && min_low < min_high
+            && min_high <= max_low
+            && max_low < max_high
+            && max_high <= 1.0;
+        if !ok {
+            return Err(ConfigError::Order([min_low, min_high, max_low, max_high]));
+        }
+        Ok(Thresholds { min_low, min_high, max_low, max_high })
+    }
+}
+
+impl Default for Thresholds {
+    fn default() -> Thresholds {
+        Thresholds { min_low: 0.40, min_high: 0.50, max_low: 0.75, max_high: 0.85 }
+    }
+}
+
+impl FromStr for Thresholds {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Thresholds, ConfigError> {
+        let v: Vec<f64> = s
+            .split(',')
+            .map(|p| p.trim().parse::<f64>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let [a, b, c, d] = v[..] else {
+            return Err(ConfigError::Syntax(format!("{} values", v.len())));
+        };
+        Thresholds::new(a, b, c, d)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub min_hold_ms: u64,
+    pub confirm_samples: u32,
+    pub quiet_samples: u32,
+    /// EWMA weight of the newest sample.
+    pub alpha: f64,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing { min_hold_ms: 5_000, confirm_samples: 2, quiet_samples: 3, alpha: 0.3 }
+    }
+}
+
+/// The classifier's answer for one sample.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Verdict {
+    pub class: NodeClass,
+    pub changed: bool,
+    /// What this node may lend in all now (leases included); 0 unless a server.
+    pub lendable_bytes: u64,
+    /// Lent beyond `lendable_bytes`: what to take back.
+    pub reclaim_bytes: u64,
+    pub used_fraction: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Classifier {
+    th: Thresholds,
+    timing: Timing,
+    class: NodeClass,
+    since_ms: u64,
+    smoothed: Option<f64>,
+    pending: Option<(NodeClass, u32)>,
+    quiet: u32,
+    offer_bytes: u64,
+}
+
+impl Classifier {
+    pub fn new(th: Thresholds, timing: Timing) -> Result<Classifier, ConfigError> {
+        if !(timing.alpha > 0.0 && timing.alpha <= 1.0) {
+            return Err(ConfigError::Alpha(timing.alpha));
+        }
+        Ok(Classifier {
+            th,
+            timing,
+            class: NodeClass::Neutral,
+            since_ms: 0,
+            smoothed: None,
+            pending: None,
+            quiet: 0,
+            offer_bytes: 0,
+        })
+    }
+
+    /// `s.used_bytes` is the node's own use: leave out what it holds for
+    /// borrowers. `lent_bytes` is what its leases promise.
+    pub fn update(
+        &mut self,
+        now_ms: u64,
+        s: &Sample,
+        lent_bytes: u64,
+        unmet_bytes: u64,
+    ) -> Verdict {
+        let u = self.smooth(s.used_fraction());
+        let pressure = s.psi_some_avg10.is_some_and(|p| p > PSI_PRESSURE_PCT);
+        let target = self.target(u, unmet_bytes > 0, pressure);
+        let emergency = self.class == NodeClass::Server && u > self.th.max_high;
+        let changed = self.consider(now_ms, target, emergency);
+        let lendable_bytes = self.lendable(s, pressure);
+        Verdict {
+            class: self.class,
+            changed,
+            lendable_bytes,
+            reclaim_bytes: lent_bytes.saturating_sub(lendable_bytes),
+            used_fraction: u,
+        }
+    }
+
+    pub fn class(&self) -> NodeClass {
+        self.class
+    }
+
+    fn smooth(&mut self, x: f64) -> f64 {
+        let a = self.timing.alpha;
+        let v = self.smoothed.map_or(x, |old| a * x + (1.0 - a) * old);
+        self.smoothed = Some(v);
+        v
+    }
+
+    /// The class the guard bands point to from the current one.
+    fn target(&self, u: f64, unmet: bool, pressure: bool) -> NodeClass {
+        let th = &self.th;
+        let fresh = || {
+            if unmet || u > th.max_high {
+                NodeClass::Client
+            } else if u < th.min_low && !pressure {
+                NodeClass::Server
+            } else {
+                NodeClass::Neutral
+            }
+        };
+        match self.class {
+            NodeClass::Client if unmet || u >= th.max_low => NodeClass::Client,
+            NodeClass::Server if !unmet && u <= th.min_high => NodeClass::Server,
+            _ => fresh(),
+        }
+    }
+
+    fn consider(&mut self, now_ms: u64, target: NodeClass, emergency: bool) -> bool {
+        if target == self.class {
+            self.pending = None;
+            return false;
+        }
+        let count = match self.pending {
+            Some((c, n)) if c == target => n + 1,
+            _ => 1,
+        };
+        self.pending = Some((target, count));
+        let held = now_ms.saturating_sub(self.since_ms) >= self.timing.min_hold_ms;
+        if !emergency && (count < self.timing.confirm_samples || !held) {
+            return false;
+        }
+        self.class = target;
+        self.since_ms = now_ms;
+        self.pending = None;
+        self.quiet = 0;
+        true
+    }
+
+    /// A server may lend so much that its own use plus everything lent stays
+    /// under MEM_MIN_HIGH: then even fully used leases cannot push it out of
+    /// the server band by themselves.
+    fn lendable(&mut self, s: &Sample, pressure: bool) -> u64 {
+        if self.class != NodeClass::Server {
+            self.offer_bytes = 0;
+            self.quiet = 0;
+            return 0;
+        }
+        let cap = ((s.total_bytes as f64 * self.th.min_high) as u64).saturating_sub(s.used_bytes);
+        if cap < self.offer_bytes {
+            self.offer_bytes = cap;
+            self.quiet = 0;
+        } else if cap > self.offer_bytes && !pressure {
+            self.quiet += 1;
+            if self.quiet >= self.timing.quiet_samples {
+                self.offer_bytes = cap;
+                self.quiet = 0;
+            }
+        } else {
+            self.quiet = 0;
+        }
+        self.offer_bytes
+    }
+}
+
+#[cfg(test)]
+#[path = "classify_tests.rs"]
+mod tests;
