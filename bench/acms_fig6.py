@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The ACMS Figure 6 scenario on a lab of three nodes, as a test and a demo.
 
-  A (n1) idle: a server.   B (n2): a far-memory job borrows from A.
-  C (n3) ballooned: neutral.
+  A (n1) idle: a server.   B (n2) busy: a far-memory job borrows from A.
+  C (n3) busy (ballooned): neutral.
   Then A's own demand rises (balloon): A reclaims, B moves its pages home.
   C's balloon goes: C becomes a server. A starts a far-memory job of its
   own: A is a client now, and borrows from C.
@@ -25,10 +25,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ROOT, bin_path  # noqa: E402
 
+# Its own lab prefix, so a lab the user has up is never touched.
 PREFIX = "f6"
-NODES = ["n1", "n2", "n3"]
-NAMES = {"n1": "A", "n2": "B", "n3": "C"}
-LAB = "/run/memlend-lab"
+NODES = [f"{PREFIX}-n{i}" for i in (1, 2, 3)]
+NAMES = dict(zip(NODES, "ABC"))
+A, B, C = NODES
+LAB = f"/run/memlend-lab-{PREFIX}"
 JOB_SIZE = "256M"
 JOB_LOCAL = "32M"
 
@@ -48,7 +50,7 @@ def status(node):
 
 def veth_bytes(node):
     # The bridge side of each node's veth pair, seen from the root namespace.
-    base = f"/sys/class/net/{PREFIX}-{node}-br/statistics"
+    base = f"/sys/class/net/{PREFIX}-v{NODES.index(node) + 1}/statistics"
     try:
         return sum(int(open(f"{base}/{k}").read()) for k in ("rx_bytes", "tx_bytes"))
     except OSError:
@@ -80,6 +82,30 @@ class Sampler(threading.Thread):
             self.rows.append(row)
 
 
+def handshake_cycles(node, n):
+    """Ask the node's daemon for 16 MiB and release it, n times, over its API
+    socket: the time from asking to holding a confirmed lease."""
+    import socket
+    times = []
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(f"{LAB}/{node}.sock")
+        f = s.makefile("rw")
+        for _ in range(n):
+            t = time.perf_counter()
+            f.write(json.dumps({"want": {"bytes": 16 << 20}}) + "\n")
+            f.flush()
+            reply = json.loads(f.readline())
+            times.append((time.perf_counter() - t) * 1e6)
+            if "lease" not in reply:
+                raise AssertionError(f"no lease for a 16 MiB want: {reply}")
+            lease = reply["lease"]
+            f.write(json.dumps({"release": {"donor": lease["donor"], "lease": lease["lease"]}}) + "\n")
+            f.flush()
+            time.sleep(0.05)
+    times.sort()
+    return {"n": n, "p50_us": round(times[n // 2]), "p99_us": round(times[min(n - 1, int(n * 0.99))]), "all_us": [round(t) for t in times]}
+
+
 def wait_for(what, pred, timeout_s):
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -107,47 +133,54 @@ def classes(rows, node):
 
 
 def scenario(out):
-    memlend("lab", "down", check=False)
-    memlend("lab", "up", "3", "--mem", "1G", "--prefix", PREFIX)
+    memlend("lab", "down", "--prefix", PREFIX, check=False)
+    memlend("lab", "up", "3", "--mem", "1G", "--prefix", PREFIX, "--subnet", "10.78.0.0/24")
     t0 = time.time()
-    marks = []
+    marks, handshakes = [], {}
 
     def mark(text):
         marks.append((round(time.time() - t0, 2), text))
         print(f"[{marks[-1][0]:6.1f} s] {text}", flush=True)
 
     wait_for("the nodes to find each other", lambda: all((status(n) or {}).get("peers", []).__len__() == 2 for n in NODES), 30)
-    memlend("balloon", "600M", "--node", "n3")
-    mark("C ballooned to 600M (neutral)")
+    memlend("balloon", "600M", "--node", C)
+    memlend("balloon", "550M", "--node", B)
+    mark("B and C ballooned to 550M and 600M (neutral: busy, not short)")
     sampler = Sampler(t0)
     sampler.start()
-    wait_for("A to be a server", lambda: (status("n1") or {}).get("node", {}).get("class") == "server", 30)
+    wait_for("A to offer memory", lambda: (status(A) or {}).get("node", {}).get("available_bytes", 0) >= 256 << 20, 30)
     log_b = open(os.path.join(out, "job_b.log"), "w")
-    b = job("n2", 35, log_b)
+    b = job(B, 35, log_b)
     mark("B starts a far-memory job")
-    wait_for("B to borrow from A", lambda: (status("n1") or {}).get("node", {}).get("lent_bytes", 0) >= 256 << 20, 30)
+    wait_for("B to borrow from A", lambda: (status(A) or {}).get("node", {}).get("lent_bytes", 0) >= 256 << 20, 30)
     mark("B borrows from A")
     time.sleep(8)
-    memlend("balloon", "600M", "--node", "n1")
+    memlend("balloon", "600M", "--node", A)
     mark("A's own demand rises (balloon 600M)")
-    wait_for("A to take its memory back", lambda: (status("n1") or {}).get("node", {}).get("lent_bytes", 1) == 0, 60)
+    wait_for("A to take its memory back", lambda: (status(A) or {}).get("node", {}).get("lent_bytes", 1) == 0, 60)
     mark("A has reclaimed everything")
-    memlend("balloon", "0", "--node", "n3", "--release")
+    memlend("balloon", "0", "--node", C, "--release")
     mark("C's balloon released")
-    wait_for("C to be a server", lambda: (status("n3") or {}).get("node", {}).get("class") == "server", 30)
+    wait_for("C to offer memory", lambda: (status(C) or {}).get("node", {}).get("available_bytes", 0) >= 256 << 20, 30)
     log_a = open(os.path.join(out, "job_a.log"), "w")
-    a = job("n1", 15, log_a)
+    a = job(A, 15, log_a)
     mark("A starts a far-memory job of its own")
-    wait_for("A to borrow from C", lambda: (status("n3") or {}).get("node", {}).get("lent_bytes", 0) >= 256 << 20, 30)
+    wait_for("A to borrow from C", lambda: (status(C) or {}).get("node", {}).get("lent_bytes", 0) >= 256 << 20, 30)
     mark("A borrows from C")
     rc_b, rc_a = b.wait(timeout=180), a.wait(timeout=180)
     mark(f"jobs done (B exit {rc_b}, A exit {rc_a})")
     wait_for("every lease to end", lambda: all((status(n) or {}).get("lent", [1]) == [] and (status(n) or {}).get("borrowed", [1]) == [] for n in NODES), 30)
     mark("no lease left anywhere")
+    cycles = handshake_cycles(B, 30)
+    mark(f"B: 30 borrow/release cycles of 16 MiB from C: p50 {cycles['p50_us']} us, p99 {cycles['p99_us']} us")
+    for n in NODES:
+        st = status(n) or {}
+        handshakes[n] = {k: st.get(k) for k in ("handshakes", "handshake_us_p50", "handshake_us_p99", "sent", "received")}
+    handshakes["api_cycles"] = cycles
     time.sleep(2)
     sampler.stop.set()
     sampler.join()
-    return sampler.rows, marks, (rc_a, rc_b)
+    return sampler.rows, marks, (rc_a, rc_b), t0, handshakes
 
 
 def timelines():
@@ -188,7 +221,7 @@ def plot(rows, marks, msgs, t0_wall, path):
     ax.set_ylabel("messages\nsent")
     for i, k in enumerate(kinds):
         ax.scatter([], [], marker="|", color=f"C{i}", label=k)
-    ax.legend(ncol=6, fontsize=7, loc="upper right")
+    ax.legend(ncol=6, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     axes[-1].set_xlabel("seconds")
     fig.suptitle("ACMS Figure 6 on memlend: B borrows from A; A reclaims; A borrows from C")
     fig.tight_layout()
@@ -197,7 +230,7 @@ def plot(rows, marks, msgs, t0_wall, path):
 
 def check(rows, rcs, out):
     failures = []
-    want = {"n1": ["server", "neutral", "client"], "n2": ["client"], "n3": ["neutral", "server"]}
+    want = {A: ["server", "neutral", "client"], B: ["client"], C: ["neutral", "server"]}
     for n, seq in want.items():
         got = classes(rows, n)
         it = iter(got)
@@ -218,19 +251,24 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     try:
-        t0_wall = time.time()
-        rows, marks, rcs = scenario(args.out)
+        rows, marks, rcs, t0_wall, handshakes = scenario(args.out)
         msgs = timelines()
     finally:
-        memlend("lab", "down", check=False)
+        memlend("lab", "down", "--prefix", PREFIX, check=False)
     failures = check(rows, rcs, args.out)
     plot(rows, marks, msgs, t0_wall, os.path.join(args.out, "acms_fig6.png"))
     summary = {n: classes(rows, n) for n in NODES}
-    json.dump({"rows": rows, "marks": marks, "messages": msgs, "classes": summary, "failures": failures},
+    json.dump({"rows": rows, "marks": marks, "messages": msgs, "classes": summary, "handshakes": handshakes,
+               "failures": failures},
               open(os.path.join(args.out, "acms_fig6.json"), "w"), indent=1)
     print("\nclasses over time:")
     for n in NODES:
         print(f"  {NAMES[n]}: {' -> '.join(summary[n])}")
+    print("handshakes (request sent to lease confirmed, as the borrower saw it):")
+    for n in NODES:
+        h = handshakes.get(n, {})
+        if h.get("handshakes"):
+            print(f"  {NAMES[n]}: {h['handshakes']} handshake(s), p50 {h['handshake_us_p50']} us, p99 {h['handshake_us_p99']} us")
     print(f"plot: {os.path.join(args.out, 'acms_fig6.png')}")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))

@@ -94,6 +94,8 @@ pub struct NodeView {
     pub used_bytes: u64,
     pub lent_bytes: u64,
     pub borrowed_bytes: u64,
+    /// What it could grant now (this node only; 0 for peers).
+    pub available_bytes: u64,
     pub alive: bool,
     pub addr: String,
 }

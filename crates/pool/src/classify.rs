@@ -7,7 +7,8 @@
 //!   enter server <|            |> leave server
 //!                                   leave client <|          |> enter client
 //! ```
-//! Local far-memory demand that no donor met also makes a node a client. A
+//! Local far-memory demand also makes a node a client: memory its processes
+//! borrow, or want and cannot get. A node that borrows does not lend. A
 //! class change needs `confirm_samples` samples in a row and `min_hold_ms`
 //! in the old class, except that a server whose use crosses MAX_HIGH leaves
 //! at once (its own work comes first). The offer grows only after
@@ -138,17 +139,18 @@ impl Classifier {
     }
 
     /// `s.used_bytes` is the node's own use: leave out what it holds for
-    /// borrowers. `lent_bytes` is what its leases promise.
+    /// borrowers. `lent_bytes` is what its leases promise; `far_demand_bytes`
+    /// what its processes borrow or still want.
     pub fn update(
         &mut self,
         now_ms: u64,
         s: &Sample,
         lent_bytes: u64,
-        unmet_bytes: u64,
+        far_demand_bytes: u64,
     ) -> Verdict {
         let u = self.smooth(s.used_fraction());
         let pressure = s.psi_some_avg10.is_some_and(|p| p > PSI_PRESSURE_PCT);
-        let target = self.target(u, unmet_bytes > 0, pressure);
+        let target = self.target(u, far_demand_bytes > 0, pressure);
         let emergency = self.class == NodeClass::Server && u > self.th.max_high;
         let changed = self.consider(now_ms, target, emergency);
         let lendable_bytes = self.lendable(s, pressure);
@@ -173,10 +175,10 @@ impl Classifier {
     }
 
     /// The class the guard bands point to from the current one.
-    fn target(&self, u: f64, unmet: bool, pressure: bool) -> NodeClass {
+    fn target(&self, u: f64, demand: bool, pressure: bool) -> NodeClass {
         let th = &self.th;
         let fresh = || {
-            if unmet || u > th.max_high {
+            if demand || u > th.max_high {
                 NodeClass::Client
             } else if u < th.min_low && !pressure {
                 NodeClass::Server
@@ -185,8 +187,8 @@ impl Classifier {
             }
         };
         match self.class {
-            NodeClass::Client if unmet || u >= th.max_low => NodeClass::Client,
-            NodeClass::Server if !unmet && u <= th.min_high => NodeClass::Server,
+            NodeClass::Client if demand || u >= th.max_low => NodeClass::Client,
+            NodeClass::Server if !demand && u <= th.min_high => NodeClass::Server,
             _ => fresh(),
         }
     }

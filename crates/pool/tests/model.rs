@@ -97,6 +97,11 @@ impl World {
         for i in 0..3 {
             w.drain(i);
         }
+        // One round of heartbeats: everyone knows everyone's class.
+        for i in 0..3 {
+            w.nodes[i].tick(w.now_us);
+            w.drain(i);
+        }
         w.nodes[CLIENT].want(w.now_us, 1, 256 * MIB);
         w.drain(CLIENT);
         w

@@ -77,8 +77,10 @@ impl Control {
 
     fn sample(&mut self, now: u64) {
         let lent = self.engine.lent_bytes();
-        let unmet = self.engine.unmet_demand_bytes();
-        match self.sense.sample(now / MS, lent, unmet) {
+        // Borrowed or still wanted: either way this node's processes need
+        // memory it does not have, which makes it a client.
+        let demand = self.engine.unmet_demand_bytes() + self.engine.borrowed_bytes();
+        match self.sense.sample(now / MS, lent, demand) {
             Ok(status) => self.engine.set_status(now, status),
             Err(e) => tracing::warn!(error = %e, "cannot read memory use"),
         }

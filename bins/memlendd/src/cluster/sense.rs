@@ -18,11 +18,11 @@ impl Sense {
         &mut self,
         now_ms: u64,
         lent_bytes: u64,
-        unmet_bytes: u64,
+        far_demand_bytes: u64,
     ) -> anyhow::Result<Status> {
         let raw = self.source.read()?;
         let own = Sample { used_bytes: raw.used_bytes.saturating_sub(self_rss_bytes()), ..raw };
-        let v = self.classifier.update(now_ms, &own, lent_bytes, unmet_bytes);
+        let v = self.classifier.update(now_ms, &own, lent_bytes, far_demand_bytes);
         let lendable = self.cap_bytes.map_or(v.lendable_bytes, |c| c.min(v.lendable_bytes));
         Ok(Status {
             class: v.class,

@@ -23,6 +23,7 @@ pub fn snapshot(e: &Engine) -> ClusterStatus {
         used_bytes: st.used_bytes,
         lent_bytes: e.lent_bytes(),
         borrowed_bytes: e.borrowed_bytes(),
+        available_bytes: e.available_bytes(),
         alive: true,
         addr: cfg.data_addr.to_string(),
     };
@@ -37,6 +38,7 @@ pub fn snapshot(e: &Engine) -> ClusterStatus {
             used_bytes: p.used_bytes,
             lent_bytes: p.lent_bytes,
             borrowed_bytes: p.borrowed_bytes,
+            available_bytes: 0,
             alive: !p.suspect,
             addr: p.ctrl_addr.to_string(),
         })

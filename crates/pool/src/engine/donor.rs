@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 impl Engine {
     /// What is left to grant: the classifier's allowance minus what is out.
-    fn available_bytes(&self) -> u64 {
+    pub fn available_bytes(&self) -> u64 {
         if self.status.class != NodeClass::Server {
             return 0;
         }

@@ -1,0 +1,298 @@
+//! A cluster of `memlendd --cluster` on plain loopback with a seed list:
+//! borrowing through the local API, a reclaim that moves a running
+//! program's pages home with none lost, a stranger with another key kept
+//! out, a dead borrower's lease freed, status and metrics. And the ACMS
+//! Figure 6 scenario in the lab (bench/acms_fig6.py), which needs root.
+
+use serde_json::Value;
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MEMLEND: &str = env!("CARGO_BIN_EXE_memlend");
+
+fn memlendd() -> PathBuf {
+    Path::new(MEMLEND).with_file_name("memlendd")
+}
+
+fn free_tcp() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn free_udp() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+/// One daemon, killed when the test ends on any path.
+struct Node {
+    child: Child,
+    api: PathBuf,
+    metrics: u16,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    fn start(dir: &Path, name: &str, ctrl: u16, seeds: &[u16], extra: &[&str]) -> Node {
+        let api = dir.join(format!("{name}.sock"));
+        let metrics = free_tcp();
+        let mut cmd = Command::new(memlendd());
+        cmd.args(["--cluster", "--node", name, "--lend", "1G"])
+            .args(["--listen", &format!("127.0.0.1:{}", free_tcp())])
+            .args(["--control", &format!("127.0.0.1:{ctrl}")])
+            .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+            .arg("--api")
+            .arg(&api)
+            .args(extra)
+            .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap());
+        for s in seeds {
+            cmd.args(["--seed", &format!("127.0.0.1:{s}")]);
+        }
+        let child = cmd.spawn().unwrap();
+        let node = Node { child, api, metrics };
+        wait(&format!("{name}'s API"), 10, || node.api.exists());
+        node
+    }
+
+    fn status(&self) -> Value {
+        let out = Command::new(MEMLEND)
+            .args(["status", "--json", "--api"])
+            .arg(&self.api)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "status: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn field(&self, name: &str) -> u64 {
+        self.status()["node"][name].as_u64().unwrap()
+    }
+
+    fn peers(&self) -> Vec<String> {
+        let st = self.status();
+        st["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+fn wait(what: &str, secs: u64, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A donor that lends (thresholds it always meets) and a borrower that
+/// never lends, on loopback, each seeded with the other.
+fn pair(dir: &Path, donor_extra: &[&str]) -> (Node, Node) {
+    let (c1, c2) = (free_udp(), free_udp());
+    let mut d = vec!["--insecure"];
+    d.extend_from_slice(donor_extra);
+    let donor = Node::start(dir, "n1", c1, &[c2], &d);
+    let borrower = Node::start(
+        dir,
+        "n2",
+        c2,
+        &[c1],
+        &["--insecure", "--memory", "host", "--thresholds", "0,0.01,0.985,0.99"],
+    );
+    wait("the donor to offer memory", 20, || donor.field("available_bytes") >= 64 << 20);
+    (donor, borrower)
+}
+
+fn far(api: &Path, size: &str, hold_s: u64) -> Child {
+    Command::new(MEMLEND)
+        .args([
+            "far",
+            "--insecure",
+            "--size",
+            size,
+            "--local",
+            "8M",
+            "--hold-s",
+            &hold_s.to_string(),
+            "--pool",
+        ])
+        .arg(api)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "memlend far failed:\n{text}");
+    text
+}
+
+#[test]
+fn a_borrower_gets_a_lease_uses_it_and_gives_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (donor, borrower) =
+        pair(dir.path(), &["--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"]);
+    assert_eq!(borrower.peers(), vec!["n1"]);
+    let job = far(&borrower.api, "64M", 2);
+    wait("the lease", 20, || donor.field("lent_bytes") >= 64 << 20);
+    let text = finish(job);
+    assert!(text.contains("0 of 16384 pages differ") && text.contains("from n1"), "{text}");
+    wait("the lease to end", 10, || {
+        donor.field("lent_bytes") == 0 && borrower.field("borrowed_bytes") == 0
+    });
+    let st = borrower.status();
+    assert_eq!(st["handshakes"].as_u64(), Some(1));
+    let metrics = http_get(donor.metrics);
+    for line in [
+        "memlend_node_class{class=\"server\"} 1",
+        "memlend_messages_sent_total{type=\"grant\"} 1",
+        "memlend_lent_bytes 0",
+    ] {
+        assert!(metrics.contains(line), "metrics lack {line:?}:\n{metrics}");
+    }
+    let table =
+        Command::new(MEMLEND).args(["status", "--api"]).arg(&borrower.api).output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.contains("n2") && table.contains("n1") && table.contains("server"), "{table}");
+}
+
+/// The donor's own memory use rises (a process in its cgroup): it reclaims,
+/// and the running program's pages move home while it keeps checking them.
+#[test]
+fn a_reclaim_moves_a_running_programs_pages_home_with_none_lost() {
+    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        eprintln!("skipped: needs root and a cgroup v1 memory controller");
+        return;
+    }
+    let cg =
+        PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-reclaim-{}", std::process::id()));
+    std::fs::create_dir_all(&cg).unwrap();
+    let _rm = RmCgroup(cg.clone());
+    std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (donor, borrower) = pair(dir.path(), &["--memory", cg.to_str().unwrap()]);
+    let job = far(&borrower.api, "128M", 15);
+    wait("the lease", 20, || donor.field("lent_bytes") >= 128 << 20);
+    let script = format!("echo $$ > {}/cgroup.procs; exec python3 -c 'import time; b=bytearray(700<<20); time.sleep(60)'", cg.display());
+    let mut hog = KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
+    wait("the donor to take its memory back", 40, || donor.field("lent_bytes") == 0);
+    let text = finish(job);
+    assert!(text.contains("reclaimed") && text.contains("moved to home"), "{text}");
+    assert!(text.contains("0 of 32768 pages differ"), "{text}");
+    assert_eq!(borrower.field("borrowed_bytes"), 0);
+    let _ = hog.0.kill();
+}
+
+#[test]
+fn a_node_with_another_key_is_not_a_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys: Vec<PathBuf> = (0..2).map(|i| dir.path().join(format!("k{i}"))).collect();
+    for k in &keys {
+        assert!(Command::new(MEMLEND).arg("keygen").arg(k).status().unwrap().success());
+    }
+    let (c1, c2, c3) = (free_udp(), free_udp(), free_udp());
+    let k0 = keys[0].to_str().unwrap();
+    let a = Node::start(dir.path(), "a", c1, &[c2, c3], &["--key", k0]);
+    let b = Node::start(dir.path(), "b", c2, &[c1, c3], &["--key", k0]);
+    let _stranger =
+        Node::start(dir.path(), "x", c3, &[c1, c2], &["--key", keys[1].to_str().unwrap()]);
+    wait("a and b to meet", 10, || a.peers() == vec!["b"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(a.peers(), vec!["b"], "the stranger is never a peer");
+    assert_eq!(b.peers(), vec!["a"]);
+}
+
+/// The borrower's daemon dies: its donor frees the lease by itself.
+#[test]
+fn a_dead_borrower_strands_no_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (donor, mut borrower) =
+        pair(dir.path(), &["--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"]);
+    let job = KillOnDrop(far(&borrower.api, "64M", 30));
+    wait("the lease", 20, || donor.field("lent_bytes") >= 64 << 20);
+    borrower.child.kill().unwrap();
+    let _ = borrower.child.wait();
+    let t = Instant::now();
+    wait("the donor to free the lease", 15, || donor.field("lent_bytes") == 0);
+    eprintln!("dead borrower's lease freed after {} ms", t.elapsed().as_millis());
+    assert!(donor.peers().is_empty(), "the dead node left the membership");
+    drop(job);
+}
+
+fn http_get(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Removes a test cgroup on every exit path (after moving stragglers out).
+struct RmCgroup(PathBuf);
+
+impl Drop for RmCgroup {
+    fn drop(&mut self) {
+        if let Ok(pids) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
+            for pid in pids.lines() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// ACMS Figure 6 in the lab: classes change as expected without
+/// oscillating, every page verifies, no lease is left (the script asserts
+/// all of it, draws the plot, and exits non-zero on any failure).
+#[test]
+fn acms_figure6_scenario_in_the_lab() {
+    let python = Path::new("/usr/bin/python3");
+    if !is_root() || !python.exists() || Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("skipped: needs root, iproute2 and /usr/bin/python3");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(python)
+        .arg(root.join("bench/acms_fig6.py"))
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "the Figure 6 scenario failed:\n{text}");
+    assert!(
+        out.path().join("acms_fig6.png").exists() && out.path().join("acms_fig6.json").exists()
+    );
+}
