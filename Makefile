@@ -35,8 +35,8 @@ bench-nbd: setup build
 # Each decoder target for FUZZ_RUNS executions (needs cargo-fuzz and nightly).
 FUZZ_RUNS ?= 1000000
 fuzz:
-	cd fuzz && for t in page_request page_reply page_handshake; do \
-	  cargo +nightly fuzz run -O $$t corpus/$$t -- -runs=$(FUZZ_RUNS) -max_len=256 || exit 1; done
+	cd fuzz && for t in page_request page_reply page_handshake ctrl_decode; do \
+	  cargo +nightly fuzz run -O $$t corpus/$$t -- -runs=$(FUZZ_RUNS) -max_len=1500 || exit 1; done
 
 clean:
 	cargo clean

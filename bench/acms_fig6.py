@@ -25,12 +25,19 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ROOT, bin_path  # noqa: E402
 
-# Its own lab prefix, so a lab the user has up is never touched.
-PREFIX = "f6"
-NODES = [f"{PREFIX}-n{i}" for i in (1, 2, 3)]
-NAMES = dict(zip(NODES, "ABC"))
-A, B, C = NODES
-LAB = f"/run/memlend-lab-{PREFIX}"
+# Its own lab prefix, so a lab the user has up is never touched (--prefix
+# sets another, so two runs can share the machine).
+PREFIX, SUBNET = "f6", "10.78.0.0/24"
+NODES, NAMES, A, B, C, LAB = [], {}, None, None, None, None
+
+
+def set_prefix(prefix, subnet):
+    global PREFIX, SUBNET, NODES, NAMES, A, B, C, LAB
+    PREFIX, SUBNET = prefix, subnet
+    NODES = [f"{PREFIX}-n{i}" for i in (1, 2, 3)]
+    NAMES = dict(zip(NODES, "ABC"))
+    A, B, C = NODES
+    LAB = f"/run/memlend-lab-{PREFIX}"
 JOB_SIZE = "256M"
 JOB_LOCAL = "32M"
 
@@ -132,9 +139,20 @@ def classes(rows, node):
     return seq
 
 
-def scenario(out):
+def drop_control_datagrams(pct):
+    """Each node drops pct% of the UDP datagrams it receives (the kernel
+    here has no netem, so loss comes from iptables' statistic match; the
+    rules go away with the namespaces)."""
+    for n in NODES:
+        subprocess.run(["ip", "netns", "exec", n, "iptables", "-A", "INPUT", "-p", "udp", "-m", "statistic",
+                        "--mode", "random", "--probability", str(pct / 100), "-j", "DROP"], check=True)
+
+
+def scenario(out, loss_pct):
     memlend("lab", "down", "--prefix", PREFIX, check=False)
-    memlend("lab", "up", "3", "--mem", "1G", "--prefix", PREFIX, "--subnet", "10.78.0.0/24")
+    memlend("lab", "up", "3", "--mem", "1G", "--prefix", PREFIX, "--subnet", SUBNET)
+    if loss_pct:
+        drop_control_datagrams(loss_pct)
     t0 = time.time()
     marks, handshakes = [], {}
 
@@ -248,10 +266,14 @@ def check(rows, rcs, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "acms_fig6"))
+    ap.add_argument("--loss-pct", type=float, default=0, help="drop this share of control datagrams at every node")
+    ap.add_argument("--prefix", default=PREFIX)
+    ap.add_argument("--subnet", default=SUBNET)
     args = ap.parse_args()
+    set_prefix(args.prefix, args.subnet)
     os.makedirs(args.out, exist_ok=True)
     try:
-        rows, marks, rcs, t0_wall, handshakes = scenario(args.out)
+        rows, marks, rcs, t0_wall, handshakes = scenario(args.out, args.loss_pct)
         msgs = timelines()
     finally:
         memlend("lab", "down", "--prefix", PREFIX, check=False)

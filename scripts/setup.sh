@@ -8,7 +8,7 @@ APT_PACKAGES=(
   build-essential pkg-config libclang-dev   # Rust crates with C parts
   fio nbdkit libnbd-bin qemu-utils          # real NBD peers and clients
   python3 python3-matplotlib python3-numpy  # benchmark tables and plots
-  iproute2 procps psmisc                    # lab networking, process tools
+  iproute2 iptables procps psmisc           # lab networking (and loss injection), process tools
   redis-server redis-tools                  # an unmodified program under memlend run
 )
 

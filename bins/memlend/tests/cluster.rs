@@ -276,6 +276,16 @@ impl Drop for RmCgroup {
 /// all of it, draws the plot, and exits non-zero on any failure).
 #[test]
 fn acms_figure6_scenario_in_the_lab() {
+    figure6(&["--prefix", "f6", "--subnet", "10.78.0.0/24"]);
+}
+
+/// The same story with 5% of control datagrams lost at every node.
+#[test]
+fn acms_figure6_scenario_with_5pct_control_loss() {
+    figure6(&["--prefix", "f6l", "--subnet", "10.79.0.0/24", "--loss-pct", "5"]);
+}
+
+fn figure6(args: &[&str]) {
     let python = Path::new("/usr/bin/python3");
     if !is_root() || !python.exists() || Command::new("ip").arg("-V").output().is_err() {
         eprintln!("skipped: needs root, iproute2 and /usr/bin/python3");
@@ -287,6 +297,7 @@ fn acms_figure6_scenario_in_the_lab() {
         .arg(root.join("bench/acms_fig6.py"))
         .arg("--out")
         .arg(out.path())
+        .args(args)
         .output()
         .unwrap();
     let text =
@@ -295,4 +306,69 @@ fn acms_figure6_scenario_in_the_lab() {
     assert!(
         out.path().join("acms_fig6.png").exists() && out.path().join("acms_fig6.json").exists()
     );
+}
+
+/// Datagrams a real daemon must drop: garbage, a forgery (another key), a
+/// replay of a genuine one, another cluster's. The genuine one makes a peer;
+/// nothing else changes anything. Counted by why in its status.
+#[test]
+fn forged_replayed_and_malformed_datagrams_are_dropped_and_counted() {
+    use memlend_wire::ctrl::{
+        encode, Body, CtrlKey, Envelope, Heartbeat, NodeClass, MAX_DATAGRAM_BYTES,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("k");
+    assert!(Command::new(MEMLEND).arg("keygen").arg(&key_path).status().unwrap().success());
+    let hex = std::fs::read_to_string(&key_path).unwrap();
+    let raw: Vec<u8> =
+        (0..32).map(|i| u8::from_str_radix(&hex.trim()[2 * i..2 * i + 2], 16).unwrap()).collect();
+    let raw: [u8; 32] = raw.try_into().unwrap();
+    let ctrl = free_udp();
+    let node = Node::start(dir.path(), "d", ctrl, &[], &["--key", key_path.to_str().unwrap()]);
+    let hb = |name: &str| Heartbeat {
+        name: name.into(),
+        class: NodeClass::Neutral,
+        total_bytes: 1 << 30,
+        used_bytes: 0,
+        lent_bytes: 0,
+        borrowed_bytes: 0,
+        data_addr: "127.0.0.1:1".parse().unwrap(),
+        leases: vec![],
+    };
+    let datagram = |key: &CtrlKey, cluster: u64, sender: u64, counter: u64, name: &str| {
+        let env = Envelope {
+            cluster_id: cluster,
+            sender,
+            incarnation: 1,
+            counter,
+            body: Body::Heartbeat(hb(name)),
+        };
+        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+        let n = encode(&env, key, &mut buf).unwrap();
+        buf[..n].to_vec()
+    };
+    let (good_key, cluster) = (CtrlKey::new(&raw), memlend_wire::ctrl::cluster_id_from_key(&raw));
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = ("127.0.0.1", ctrl);
+    let genuine = datagram(&good_key, cluster, 42, 1, "real");
+    sock.send_to(&genuine, to).unwrap();
+    sock.send_to(&genuine, to).unwrap(); // a replay
+    sock.send_to(&datagram(&CtrlKey::new(&[1; 32]), cluster, 43, 1, "forger"), to).unwrap();
+    sock.send_to(&datagram(&good_key, cluster ^ 1, 44, 1, "foreign"), to).unwrap();
+    sock.send_to(b"MLCT garbage that is not a datagram at all, padded out to length", to).unwrap();
+    let mut flipped = datagram(&good_key, cluster, 45, 1, "flipped");
+    flipped[30] ^= 4;
+    sock.send_to(&flipped, to).unwrap();
+    let count = |what: &str| -> u64 {
+        let st = node.status();
+        let v = st["datagrams"].as_array().unwrap().iter().find(|d| d[0] == what).unwrap()[1]
+            .as_u64()
+            .unwrap();
+        v
+    };
+    wait("the daemon to read them all", 10, || count("received") >= 6);
+    assert_eq!(node.peers(), vec!["real"], "only the genuine sender is a peer");
+    assert_eq!(count("replayed"), 1);
+    assert_eq!(count("foreign"), 1);
+    assert_eq!(count("rejected"), 3, "forgery, garbage and the flipped bit");
 }

@@ -83,6 +83,8 @@ pub struct ClusterStatus {
     /// Messages sent and received, by type (offer, request, ...).
     pub sent: Vec<(String, u64)>,
     pub received: Vec<(String, u64)>,
+    /// Datagrams on the wire: sent, received, and dropped by why.
+    pub datagrams: Vec<(String, u64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

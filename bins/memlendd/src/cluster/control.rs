@@ -63,7 +63,8 @@ impl Control {
                 self.command(cmd);
             }
             while let Ok(reply) = self.snapshots.try_recv() {
-                let _ = reply.try_send(super::status::snapshot(&self.engine));
+                let _ =
+                    reply.try_send(super::status::snapshot(&self.engine, &self.transport.stats));
             }
             let now = self.now_us();
             if now >= self.next_sample_us {
@@ -107,7 +108,7 @@ impl Control {
                     self.engine.set_activity(donor, lease, pages_per_s)
                 }
                 Ask::Status => {
-                    let s = super::status::snapshot(&self.engine);
+                    let s = super::status::snapshot(&self.engine, &self.transport.stats);
                     self.tell(owner, &Tell::Status(Box::new(s)));
                 }
             },

@@ -1,5 +1,6 @@
 //! The engine's state as `memlend status` and the metrics endpoint see it.
 
+use super::transport::TransportStats;
 use memlend_pool::api::{ClusterStatus, LeaseView, NodeView};
 use memlend_pool::engine::{BorrowedState, Engine, LentState, KINDS};
 use memlend_wire::ctrl::NodeClass;
@@ -12,7 +13,7 @@ pub fn class_name(c: NodeClass) -> &'static str {
     }
 }
 
-pub fn snapshot(e: &Engine) -> ClusterStatus {
+pub fn snapshot(e: &Engine, t: &TransportStats) -> ClusterStatus {
     let cfg = e.config();
     let st = e.status();
     let node = NodeView {
@@ -86,5 +87,16 @@ pub fn snapshot(e: &Engine) -> ClusterStatus {
         handshake_us_p99: m.handshake_quantile_us(0.99),
         sent: by_kind(&m.sent),
         received: by_kind(&m.received),
+        datagrams: [
+            ("sent", t.sent),
+            ("send_errors", t.send_errors),
+            ("received", t.received),
+            ("rejected", t.rejected),
+            ("replayed", t.replayed),
+            ("foreign", t.foreign),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect(),
     }
 }
