@@ -39,14 +39,15 @@ def wait_port(port, timeout_s=10.0):
 class Daemon:
     """memlendd for the length of a `with` block; stopped on every exit."""
 
-    def __init__(self, args, wait_ports=None):
+    def __init__(self, args, wait_ports=None, prefix=()):
         self.args = args
         self.proc = None
         self.wait_ports = wait_ports
+        self.prefix = list(prefix)  # e.g. ["taskset", "-c", "0"]
 
     def __enter__(self):
         log = open(os.path.join(RESULTS, "memlendd.log"), "a") if os.path.isdir(RESULTS) else subprocess.DEVNULL
-        self.proc = subprocess.Popen([bin_path("memlendd")] + self.args, stderr=log)
+        self.proc = subprocess.Popen(self.prefix + [bin_path("memlendd")] + self.args, stderr=log)
         ports = self.wait_ports or [int(self.args[self.args.index("--listen") + 1].rsplit(":", 1)[1])]
         for p in ports:
             wait_port(p)
