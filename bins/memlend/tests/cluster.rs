@@ -48,6 +48,8 @@ impl Drop for Node {
 impl Node {
     fn start(dir: &Path, name: &str, ctrl: u16, seeds: &[u16], extra: &[&str]) -> Node {
         let api = dir.join(format!("{name}.sock"));
+        // A killed daemon's socket stays behind; wait for the new one's.
+        let _ = std::fs::remove_file(&api);
         let metrics = free_tcp();
         let mut cmd = Command::new(memlendd());
         cmd.args(["--cluster", "--node", name, "--lend", "1G"])
@@ -200,6 +202,102 @@ fn a_reclaim_moves_a_running_programs_pages_home_with_none_lost() {
     assert!(text.contains("0 of 32768 pages differ"), "{text}");
     assert_eq!(borrower.field("borrowed_bytes"), 0);
     let _ = hog.0.kill();
+}
+
+/// Two donors: when the first reclaims, the pages move to the other donor
+/// (not home), while the program keeps checking them.
+#[test]
+fn a_reclaim_moves_pages_to_another_donor() {
+    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        eprintln!("skipped: needs root and a cgroup v1 memory controller");
+        return;
+    }
+    let cg =
+        PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-move-{}", std::process::id()));
+    std::fs::create_dir_all(&cg).unwrap();
+    let _rm = RmCgroup(cg.clone());
+    std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (c1, c2, c3) = (free_udp(), free_udp(), free_udp());
+    let first = Node::start(
+        dir.path(),
+        "n1",
+        c1,
+        &[c2, c3],
+        &["--insecure", "--memory", cg.to_str().unwrap()],
+    );
+    let borrower = Node::start(
+        dir.path(),
+        "n2",
+        c2,
+        &[c1, c3],
+        &["--insecure", "--memory", "host", "--thresholds", "0,0.01,0.985,0.99"],
+    );
+    wait("the first donor to offer", 20, || first.field("available_bytes") >= 128 << 20);
+    let job = far(&borrower.api, "128M", 20);
+    wait("the lease on the first donor", 20, || first.field("lent_bytes") >= 128 << 20);
+    // The second donor joins only now, so the first lease was on the first.
+    let second = Node::start(
+        dir.path(),
+        "n3",
+        c3,
+        &[c1, c2],
+        &["--insecure", "--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"],
+    );
+    wait("the second donor to offer", 20, || second.field("available_bytes") >= 128 << 20);
+    let script = format!("echo $$ > {}/cgroup.procs; exec python3 -c 'import time; b=bytearray(700<<20); time.sleep(60)'", cg.display());
+    let mut hog = KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
+    wait("the pages to reach the second donor", 40, || {
+        first.field("lent_bytes") == 0 && second.field("lent_bytes") >= 128 << 20
+    });
+    let text = finish(job);
+    assert!(text.contains("moved to n3"), "{text}");
+    assert!(text.contains("0 of 32768 pages differ"), "{text}");
+    wait("the second lease to end with the program", 10, || second.field("lent_bytes") == 0);
+    let _ = hog.0.kill();
+}
+
+/// The donor is frozen with the borrower's request in its socket, then
+/// killed: the program gets a clear "no room" instead of a hang. The donor
+/// restarts under the same name and rejoins; the next borrow works, and the
+/// new incarnation holds nothing of the old one.
+#[test]
+fn a_donor_killed_mid_handshake_then_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c1, c2) = (free_udp(), free_udp());
+    let donor_args = ["--insecure", "--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"];
+    let mut donor = Node::start(dir.path(), "n1", c1, &[c2], &donor_args);
+    let borrower = Node::start(
+        dir.path(),
+        "n2",
+        c2,
+        &[c1],
+        &["--insecure", "--memory", "host", "--thresholds", "0,0.01,0.985,0.99"],
+    );
+    wait("the donor to offer", 20, || donor.field("available_bytes") >= 64 << 20);
+    let pid = donor.child.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let t = Instant::now();
+    let job = far(&borrower.api, "64M", 0);
+    std::thread::sleep(Duration::from_millis(300)); // the request is in the frozen donor's socket
+    donor.child.kill().unwrap();
+    let _ = donor.child.wait();
+    let out = job.wait_with_output().unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && text.contains("no donor has room"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(20), "answered in {:?}, not hung", t.elapsed());
+    drop(donor);
+    let donor = Node::start(dir.path(), "n1-restarted", c1, &[c2], &donor_args);
+    let _ = donor; // a new name is a new node; the old one must be gone from the borrower's view
+    wait("the borrower to forget the dead donor", 10, || borrower.peers() == vec!["n1-restarted"]);
+    wait("the restarted donor to offer", 20, || donor.field("available_bytes") >= 64 << 20);
+    let text = finish(far(&borrower.api, "64M", 0));
+    assert!(
+        text.contains("0 of 16384 pages differ") && text.contains("from n1-restarted"),
+        "{text}"
+    );
+    wait("the lease to end", 10, || donor.field("lent_bytes") == 0);
 }
 
 #[test]
