@@ -252,6 +252,9 @@ fn a_reclaim_moves_pages_to_another_donor() {
     });
     let text = finish(job);
     assert!(text.contains("moved to n3"), "{text}");
+    let metrics = http_get(borrower.metrics);
+    assert!(metrics.contains("memlend_migrations_total 1"), "{metrics}");
+    assert!(http_get(first.metrics).contains("memlend_reclaims_sent_total 1"));
     assert!(text.contains("0 of 32768 pages differ"), "{text}");
     wait("the second lease to end with the program", 10, || second.field("lent_bytes") == 0);
     let _ = hog.0.kill();

@@ -85,6 +85,8 @@ pub struct ClusterStatus {
     pub received: Vec<(String, u64)>,
     /// Datagrams on the wire: sent, received, and dropped by why.
     pub datagrams: Vec<(String, u64)>,
+    /// Protocol events: grants expired, reclaims, migrations, ...
+    pub counters: Vec<(String, u64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -53,6 +53,9 @@ fn render(st: &ClusterStatus) -> String {
     for (what, v) in &st.datagrams {
         let _ = writeln!(o, "memlend_datagrams_total{{what=\"{what}\"}} {v}");
     }
+    for (what, v) in &st.counters {
+        let _ = writeln!(o, "memlend_{what}_total {v}");
+    }
     let _ = writeln!(o, "memlend_handshakes_total {}", st.handshakes);
     if let (Some(p50), Some(p99)) = (st.handshake_us_p50, st.handshake_us_p99) {
         let _ = writeln!(o, "memlend_handshake_seconds{{quantile=\"0.5\"}} {}", p50 as f64 / 1e6);

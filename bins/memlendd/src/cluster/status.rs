@@ -98,5 +98,6 @@ pub fn snapshot(e: &Engine, t: &TransportStats) -> ClusterStatus {
         .iter()
         .map(|(k, v)| (k.to_string(), *v))
         .collect(),
+        counters: m.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
     }
 }

@@ -259,6 +259,9 @@ impl Engine {
     pub fn release(&mut self, now_us: u64, donor: NodeId, lease: LeaseId) {
         self.advance(now_us);
         if let Some(b) = self.borrowed.remove(&(donor, lease)) {
+            if matches!(b.state, BorrowedState::Reclaimed { .. }) {
+                self.metrics.migrations += 1;
+            }
             self.release_to(b.donor_ctrl, lease);
         }
     }

@@ -19,6 +19,8 @@ pub struct Metrics {
     pub reclaims_overdue: u64,
     pub demands_unmet: u64,
     pub leases_lost: u64,
+    /// Reclaimed leases the borrower released (its pages moved away).
+    pub migrations: u64,
     /// Request sent to lease confirmed, in µs; a ring of the latest.
     pub handshake_us: Vec<u64>,
     handshake_next: usize,
@@ -54,6 +56,20 @@ impl Metrics {
             self.handshake_us[self.handshake_next] = us;
         }
         self.handshake_next = (self.handshake_next + 1) % LATENCY_SAMPLES;
+    }
+
+    /// Named counters, for status and metrics.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("class_changes", self.class_changes),
+            ("grants_expired", self.grants_expired),
+            ("leases_stranded", self.leases_stranded),
+            ("reclaims_sent", self.reclaims_sent),
+            ("reclaims_overdue", self.reclaims_overdue),
+            ("demands_unmet", self.demands_unmet),
+            ("leases_lost", self.leases_lost),
+            ("migrations", self.migrations),
+        ]
     }
 
     /// The `q` quantile (0..=1) of the kept handshake latencies.
