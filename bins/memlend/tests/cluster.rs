@@ -473,3 +473,43 @@ fn forged_replayed_and_malformed_datagrams_are_dropped_and_counted() {
     assert_eq!(count("foreign"), 1);
     assert_eq!(count("rejected"), 3, "forgery, garbage and the flipped bit");
 }
+
+/// Bad input on the local API: an oversize want and a release of another
+/// process's lease get clear errors and change nothing; a garbage line ends
+/// only that connection; the daemon serves on.
+#[test]
+fn the_local_api_refuses_bad_asks_and_serves_on() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let (donor, borrower) =
+        pair(dir.path(), &["--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"]);
+    let open = || {
+        let s = UnixStream::connect(&borrower.api).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        (BufReader::new(s.try_clone().unwrap()), s)
+    };
+    let line = |r: &mut BufReader<UnixStream>| {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        serde_json::from_str::<Value>(&l).unwrap()
+    };
+    let (mut r1, mut w1) = open();
+    writeln!(w1, r#"{{"want":{{"bytes":16777216}}}}"#).unwrap();
+    let lease = line(&mut r1)["lease"].clone();
+    assert!(lease["lease"].is_u64(), "{lease}");
+    let (mut r2, mut w2) = open();
+    writeln!(w2, r#"{{"want":{{"bytes":18446744073709551615}}}}"#).unwrap();
+    assert!(line(&mut r2)["error"]["message"].as_str().unwrap().contains("over the limit"));
+    writeln!(w2, r#"{{"release":{{"donor":{},"lease":{}}}}}"#, lease["donor"], lease["lease"])
+        .unwrap();
+    assert!(line(&mut r2)["error"]["message"].as_str().unwrap().contains("not yours"));
+    assert_eq!(donor.field("lent_bytes"), 16 << 20, "the lease is still there");
+    writeln!(w2, "this is not json").unwrap();
+    let mut rest = String::new();
+    assert_eq!(r2.read_line(&mut rest).unwrap(), 0, "the garbage sender is disconnected");
+    // The first process is unaffected; its lease ends with its connection.
+    assert_eq!(borrower.field("borrowed_bytes"), 16 << 20);
+    drop((r1, w1));
+    wait("the lease to end with its process", 10, || donor.field("lent_bytes") == 0);
+}

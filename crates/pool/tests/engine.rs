@@ -115,7 +115,7 @@ fn reclaim_moves_the_least_active_lease_and_release_frees_it() {
     assert_eq!(ready.len(), 2);
     // Owner 2's lease is busy; owner 1's is idle.
     let busy = ready.iter().find(|r| r.0 == 2).unwrap();
-    net.nodes[1].engine.set_activity(busy.1, busy.3, 5_000);
+    net.nodes[1].engine.set_activity(busy.0, busy.1, busy.3, 5_000);
     net.run_for(300_000);
     // A needs memory: it may lend only 300 MiB now.
     net.set_status(0, status(NodeClass::Server, 300 * MIB));

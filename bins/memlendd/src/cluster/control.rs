@@ -9,7 +9,7 @@ use super::timeline::Timeline;
 use super::transport::Transport;
 use super::wake::{poll_readable, WakeRx};
 use memlend_pool::api::{self, Ask, LeaseGrant, Tell};
-use memlend_pool::engine::{Dest, Engine, Event, Output, MS};
+use memlend_pool::engine::{Dest, Engine, Event, Output, MAX_WANT_BYTES, MS};
 use memlend_server::lifecycle::Shutdown;
 use memlend_server::page::PageServer;
 use std::collections::HashMap;
@@ -101,19 +101,33 @@ impl Control {
                 self.clients.remove(&owner);
                 self.engine.drop_owner(now, owner);
             }
-            Cmd::Ask { owner, ask } => match ask {
-                Ask::Want { bytes } => self.engine.want(now, owner, bytes),
-                Ask::Release { donor, lease } => self.engine.release(now, donor, lease),
-                Ask::Activity { donor, lease, pages_per_s } => {
-                    self.engine.set_activity(donor, lease, pages_per_s)
-                }
-                Ask::Status => {
-                    let s = super::status::snapshot(&self.engine, &self.transport.stats);
-                    self.tell(owner, &Tell::Status(Box::new(s)));
-                }
-            },
+            Cmd::Ask { owner, ask } => self.ask(now, owner, ask),
         }
         self.drain();
+    }
+
+    fn ask(&mut self, now: u64, owner: u64, ask: Ask) {
+        match ask {
+            Ask::Want { bytes } if bytes > MAX_WANT_BYTES => {
+                let message =
+                    format!("want of {bytes} bytes is over the limit of {MAX_WANT_BYTES}");
+                self.tell(owner, &Tell::Error { message });
+            }
+            Ask::Want { bytes } => self.engine.want(now, owner, bytes),
+            Ask::Release { donor, lease } => {
+                if !self.engine.release_owned(now, owner, donor, lease) {
+                    let message = format!("lease {lease} of node {donor:016x} is not yours");
+                    self.tell(owner, &Tell::Error { message });
+                }
+            }
+            Ask::Activity { donor, lease, pages_per_s } => {
+                self.engine.set_activity(owner, donor, lease, pages_per_s)
+            }
+            Ask::Status => {
+                let s = super::status::snapshot(&self.engine, &self.transport.stats);
+                self.tell(owner, &Tell::Status(Box::new(s)));
+            }
+        }
     }
 
     /// Carry out everything the engine has decided.

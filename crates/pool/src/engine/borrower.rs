@@ -10,6 +10,10 @@ use memlend_wire::ctrl::{
 };
 use std::net::SocketAddr;
 
+/// The most one `want` may ask for: far beyond any node's memory, and far
+/// from overflowing when rounded up to the grant unit.
+pub const MAX_WANT_BYTES: u64 = 1 << 50;
+
 impl Engine {
     /// A local owner (a process) wants `bytes` more. The answer comes as
     /// `LeaseReady` events (maybe several, if donors grant in parts) or
@@ -17,6 +21,7 @@ impl Engine {
     pub fn want(&mut self, now_us: u64, owner: u64, bytes: u64) {
         self.advance(now_us);
         let unit = self.cfg.grant_unit_bytes.max(1);
+        assert!(bytes <= MAX_WANT_BYTES, "callers check MAX_WANT_BYTES");
         let bytes = bytes.div_ceil(unit) * unit;
         if bytes == 0 {
             return;
@@ -255,6 +260,22 @@ impl Engine {
         }
     }
 
+    /// `owner` is done with one of its leases; another owner's lease is
+    /// left alone (false).
+    pub fn release_owned(
+        &mut self,
+        now_us: u64,
+        owner: u64,
+        donor: NodeId,
+        lease: LeaseId,
+    ) -> bool {
+        if self.borrowed.get(&(donor, lease)).is_none_or(|b| b.owner != owner) {
+            return false;
+        }
+        self.release(now_us, donor, lease);
+        true
+    }
+
     /// The owner is done with a lease (its pages moved away or freed).
     pub fn release(&mut self, now_us: u64, donor: NodeId, lease: LeaseId) {
         self.advance(now_us);
@@ -281,9 +302,10 @@ impl Engine {
         }
     }
 
-    /// Activity the owner measured on a lease, reported to its donor.
-    pub fn set_activity(&mut self, donor: NodeId, lease: LeaseId, pages_per_s: u32) {
-        if let Some(b) = self.borrowed.get_mut(&(donor, lease)) {
+    /// Activity the owner measured on one of its leases, reported to its
+    /// donor.
+    pub fn set_activity(&mut self, owner: u64, donor: NodeId, lease: LeaseId, pages_per_s: u32) {
+        if let Some(b) = self.borrowed.get_mut(&(donor, lease)).filter(|b| b.owner == owner) {
             b.pages_per_s = pages_per_s;
         }
     }

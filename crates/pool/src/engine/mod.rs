@@ -16,6 +16,7 @@ mod metrics;
 mod output;
 mod types;
 
+pub use borrower::MAX_WANT_BYTES;
 pub use config::{Config, MS};
 pub use metrics::{kind, Metrics, KINDS};
 pub use output::{Dest, Event, Output};
