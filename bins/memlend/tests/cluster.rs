@@ -433,6 +433,7 @@ fn forged_replayed_and_malformed_datagrams_are_dropped_and_counted() {
         used_bytes: 0,
         lent_bytes: 0,
         borrowed_bytes: 0,
+        available_bytes: 0,
         data_addr: "127.0.0.1:1".parse().unwrap(),
         leases: vec![],
     };

@@ -26,6 +26,7 @@ pub struct Peer {
     pub used_bytes: u64,
     pub lent_bytes: u64,
     pub borrowed_bytes: u64,
+    pub available_bytes: u64,
     pub last_heard_us: u64,
     pub suspect: bool,
 }
@@ -90,6 +91,7 @@ impl Members {
             p.used_bytes = hb.used_bytes;
             p.lent_bytes = hb.lent_bytes;
             p.borrowed_bytes = hb.borrowed_bytes;
+            p.available_bytes = hb.available_bytes;
             p.data_addr = hb.data_addr;
         }
     }
@@ -145,6 +147,7 @@ impl Peer {
             used_bytes: 0,
             lent_bytes: 0,
             borrowed_bytes: 0,
+            available_bytes: 0,
             last_heard_us: now_us,
             suspect: false,
         }

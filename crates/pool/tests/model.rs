@@ -89,6 +89,7 @@ impl World {
                 used_bytes: 1 << 30,
                 lent_bytes: 0,
                 borrowed_bytes: 0,
+                available_bytes: 1 << 30,
                 data_addr: addr(1),
                 leases: Vec::new(),
             };

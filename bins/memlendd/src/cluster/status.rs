@@ -39,7 +39,7 @@ pub fn snapshot(e: &Engine, t: &TransportStats) -> ClusterStatus {
             used_bytes: p.used_bytes,
             lent_bytes: p.lent_bytes,
             borrowed_bytes: p.borrowed_bytes,
-            available_bytes: 0,
+            available_bytes: p.available_bytes,
             alive: !p.suspect,
             addr: p.ctrl_addr.to_string(),
         })

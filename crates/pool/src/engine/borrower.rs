@@ -310,6 +310,14 @@ impl Engine {
         }
     }
 
+    /// A live server whose last heartbeat offered at least `bytes`.
+    fn some_server_has(&self, bytes: u64) -> bool {
+        use memlend_wire::ctrl::NodeClass;
+        self.members
+            .iter()
+            .any(|p| p.class == NodeClass::Server && !p.suspect && p.available_bytes >= bytes)
+    }
+
     /// Bytes wanted and not yet granted: the classifier's "unmet demand".
     pub fn unmet_demand_bytes(&self) -> u64 {
         self.demands.values().map(|d| d.bytes).sum()
@@ -346,7 +354,10 @@ impl Engine {
             if d.decide_us.is_some_and(|t| now >= t) {
                 self.decide(id);
             } else if d.decide_us.is_none() && now >= d.next_send_us {
-                if d.attempts >= self.cfg.retry_attempts {
+                // Retransmit while some server says it has room (the first
+                // request went anyway, in case a heartbeat was stale).
+                let hopeless = !self.some_server_has(d.min_bytes);
+                if d.attempts >= self.cfg.retry_attempts || hopeless {
                     let d = self.demands.remove(&id).expect("listed above");
                     self.metrics.demands_unmet += 1;
                     self.push(Output::Event(Event::DemandUnmet { owner: d.owner, bytes: d.bytes }));

@@ -259,6 +259,7 @@ impl Engine {
             used_bytes: self.status.used_bytes,
             lent_bytes: self.lent_bytes(),
             borrowed_bytes: self.borrowed_bytes(),
+            available_bytes: self.available_bytes(),
             data_addr: self.cfg.data_addr,
             leases,
         };

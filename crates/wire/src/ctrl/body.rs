@@ -182,7 +182,7 @@ fn put_heartbeat(w: &mut W, h: &Heartbeat) -> Result<(), CtrlError> {
     w.u8(h.name.len() as u8)?;
     w.bytes(h.name.as_bytes())?;
     w.u8(h.class as u8)?;
-    for v in [h.total_bytes, h.used_bytes, h.lent_bytes, h.borrowed_bytes] {
+    for v in [h.total_bytes, h.used_bytes, h.lent_bytes, h.borrowed_bytes, h.available_bytes] {
         w.u64(v)?;
     }
     w.addr(&h.data_addr)?;
@@ -245,6 +245,7 @@ fn get_heartbeat(r: &mut R) -> Result<Heartbeat, CtrlError> {
     let class = class_from(r.u8("class")?)?;
     let (total_bytes, used_bytes) = (r.u64("total_bytes")?, r.u64("used_bytes")?);
     let (lent_bytes, borrowed_bytes) = (r.u64("lent_bytes")?, r.u64("borrowed_bytes")?);
+    let available_bytes = r.u64("available_bytes")?;
     let data_addr = r.addr("data_addr")?;
     let count = r.u8("leases")? as usize;
     if count > MAX_HEARTBEAT_LEASES {
@@ -269,6 +270,7 @@ fn get_heartbeat(r: &mut R) -> Result<Heartbeat, CtrlError> {
         used_bytes,
         lent_bytes,
         borrowed_bytes,
+        available_bytes,
         data_addr,
         leases,
     })

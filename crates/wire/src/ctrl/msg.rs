@@ -158,6 +158,8 @@ pub struct Heartbeat {
     pub used_bytes: u64,
     pub lent_bytes: u64,
     pub borrowed_bytes: u64,
+    /// What it could grant now (0 unless a server with room).
+    pub available_bytes: u64,
     /// Where this node's page protocol is served (0.0.0.0:0 if it lends none).
     pub data_addr: SocketAddr,
     /// At most [`MAX_HEARTBEAT_LEASES`].

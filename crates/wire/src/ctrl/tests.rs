@@ -71,7 +71,7 @@ fn arb_body() -> impl Strategy<Value = Body> {
         (
             "[a-z0-9é-]{0,10}",
             class,
-            any::<[u64; 4]>(),
+            any::<[u64; 5]>(),
             arb_addr(),
             proptest::collection::vec(report, 0..=MAX_HEARTBEAT_LEASES)
         )
@@ -82,6 +82,7 @@ fn arb_body() -> impl Strategy<Value = Body> {
                 used_bytes: m[1],
                 lent_bytes: m[2],
                 borrowed_bytes: m[3],
+                available_bytes: m[4],
                 data_addr,
                 leases
             })),
@@ -112,6 +113,7 @@ fn every_bit_flip_and_every_truncation_is_refused() {
         used_bytes: 2,
         lent_bytes: 3,
         borrowed_bytes: 4,
+        available_bytes: 5,
         data_addr: "10.0.0.1:7070".parse().unwrap(),
         leases: vec![LeaseReport { donor: 5, lease_id: 6, pages_per_s: 7 }],
     };
@@ -171,6 +173,7 @@ fn encoding_refuses_what_decoding_would() {
         used_bytes: 0,
         lent_bytes: 0,
         borrowed_bytes: 0,
+        available_bytes: 0,
         data_addr: "0.0.0.0:0".parse().unwrap(),
         leases: vec![],
     };
