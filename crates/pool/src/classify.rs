@@ -11,9 +11,9 @@
 //! borrow, or want and cannot get. A node that borrows does not lend. A
 //! class change needs `confirm_samples` samples in a row and `min_hold_ms`
 //! in the old class, except that a server whose use crosses MAX_HIGH leaves
-//! at once (its own work comes first). The offer grows only after
-//! `quiet_samples` calm samples in a row (Infiniswap's donor daemon) and
-//! shrinks at once.
+//! at once (its own work comes first). The first offer comes with the
+//! server class; after that it grows only after `quiet_samples` calm
+//! samples in a row (Infiniswap's donor daemon), and shrinks at once.
 
 use crate::monitor::Sample;
 use memlend_wire::ctrl::NodeClass;
@@ -153,7 +153,7 @@ impl Classifier {
         let target = self.target(u, far_demand_bytes > 0, pressure);
         let emergency = self.class == NodeClass::Server && u > self.th.max_high;
         let changed = self.consider(now_ms, target, emergency);
-        let lendable_bytes = self.lendable(s, pressure);
+        let lendable_bytes = self.lendable(s, pressure, changed);
         Verdict {
             class: self.class,
             changed,
@@ -217,14 +217,18 @@ impl Classifier {
     /// A server may lend so much that its own use plus everything lent stays
     /// under MEM_MIN_HIGH: then even fully used leases cannot push it out of
     /// the server band by themselves.
-    fn lendable(&mut self, s: &Sample, pressure: bool) -> u64 {
+    ///
+    /// The first offer comes with the class: becoming a server already took
+    /// a sustained surplus (two samples under MEM_MIN_LOW after the hold).
+    fn lendable(&mut self, s: &Sample, pressure: bool, changed: bool) -> u64 {
         if self.class != NodeClass::Server {
             self.offer_bytes = 0;
             self.quiet = 0;
             return 0;
         }
         let cap = ((s.total_bytes as f64 * self.th.min_high) as u64).saturating_sub(s.used_bytes);
-        if cap < self.offer_bytes {
+        // A new server offers its whole cap; a smaller cap applies at once.
+        if (changed && !pressure) || cap < self.offer_bytes {
             self.offer_bytes = cap;
             self.quiet = 0;
         } else if cap > self.offer_bytes && !pressure {

@@ -90,19 +90,20 @@ fn a_server_leaves_at_once_in_an_emergency() {
 }
 
 #[test]
-fn the_offer_grows_after_quiet_samples_and_shrinks_at_once() {
+fn the_offer_comes_with_the_class_then_grows_only_after_quiet_samples() {
     let mut c = instant();
     let mut t = 10_000;
     let mut offer = |c: &mut Classifier, u: f64| {
         t += 1_000;
         c.update(t, &sample(u), 0, 0).lendable_bytes
     };
-    offer(&mut c, 0.1);
-    assert_eq!(offer(&mut c, 0.1), 0, "just became a server");
-    offer(&mut c, 0.1);
-    let grown = offer(&mut c, 0.1);
-    assert_eq!(grown, 4 * GIB, "MIN_HIGH 50% of 10 GiB minus 1 GiB own use");
+    assert_eq!(offer(&mut c, 0.1), 0, "one sample: not yet a server");
+    assert_eq!(offer(&mut c, 0.1), 4 * GIB, "a server: MIN_HIGH 50% of 10 GiB minus 1 GiB own use");
     assert_eq!(offer(&mut c, 0.3), 2 * GIB, "shrinks at once");
+    assert_eq!(offer(&mut c, 0.1), 2 * GIB, "quiet 1");
+    assert_eq!(offer(&mut c, 0.1), 2 * GIB, "quiet 2");
+    assert_eq!(offer(&mut c, 0.1), 4 * GIB, "grows after 3 quiet samples");
+    assert_eq!(offer(&mut c, 0.3), 2 * GIB);
     let mut pressured = sample(0.1);
     pressured.psi_some_avg10 = Some(20.0);
     for _ in 0..5 {
