@@ -6,7 +6,7 @@
 //! the `ram` backend is sparse.
 
 use memlend_store::file::{FileOptions, FileStore};
-use memlend_store::layer::{Checksum, Stats};
+use memlend_store::layer::{Checksum, Mirror, MirrorOptions, Stats};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, ReadOp, StoreError, WriteOp, PAGE_SIZE};
 use proptest::prelude::*;
@@ -39,6 +39,13 @@ fn file_in(parent: &Path, pages: u64, direct: bool) -> Option<(FileStore, TempDi
     }
 }
 
+/// Two RAM legs, mirrored.
+fn mirror(pages: u64) -> Mirror {
+    let legs: Vec<(Arc<dyn PageStore>, String)> =
+        (0..2).map(|i| (Arc::new(ram(pages)) as Arc<dyn PageStore>, format!("ram{i}"))).collect();
+    Mirror::new(legs, pages, MirrorOptions::default(), None).unwrap()
+}
+
 /// How a test wraps a file store: which layers, in which order.
 type Stack = fn(FileStore) -> Box<dyn PageStore>;
 
@@ -49,6 +56,7 @@ fn subjects(pages: u64) -> Vec<Subject> {
         Subject { store: Box::new(ram(pages)), _dir: None },
         Subject { store: Box::new(Stats::new(ram(pages))), _dir: None },
         Subject { store: Box::new(Checksum::new(Stats::new(ram(pages))).unwrap()), _dir: None },
+        Subject { store: Box::new(mirror(pages)), _dir: None },
     ];
     let stacks: [(bool, Stack); 4] = [
         (false, |f| Box::new(f)),
@@ -464,11 +472,12 @@ fn process_rss_kib() -> u64 {
 fn layer_overhead_ns_per_page() {
     const PAGES: u64 = 4096;
     const ROUNDS: usize = 5;
-    let stores: [Box<dyn PageStore>; 4] = [
+    let stores: [Box<dyn PageStore>; 5] = [
         Box::new(ram(PAGES)),
         Box::new(Stats::new(ram(PAGES))),
         Box::new(Checksum::new(ram(PAGES)).unwrap()),
         Box::new(Checksum::new(Stats::new(ram(PAGES))).unwrap()),
+        Box::new(mirror(PAGES)),
     ];
     let crc_ns = best_of(ROUNDS, || {
         let page = fill(1, 1);

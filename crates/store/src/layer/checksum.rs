@@ -24,6 +24,7 @@
 //!   reported, as `StoreError::Corrupt`. The lock orders everything, so the
 //!   sums themselves need only relaxed atomics.
 
+use super::table::Sums;
 use super::{StripeLocks, StripeSet};
 use crate::{check_range, check_run, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
 use crate::{WriteOp, PAGE_SIZE};
@@ -36,9 +37,7 @@ const SCAN_PAGES: u64 = 64;
 /// with; see the module documentation for the concurrency argument.
 pub struct Checksum<S> {
     inner: S,
-    /// Per page: `crc32c(page) ^ zero_crc`.
-    sums: Box<[AtomicU32]>,
-    zero_crc: u32,
+    sums: Sums,
     stripes: StripeLocks,
     corrupt_pages: AtomicU64,
 }
@@ -49,23 +48,15 @@ impl<S: PageStore> Checksum<S> {
 
     /// Wrap a store whose pages all read as zero (a fresh one).
     pub fn new(inner: S) -> StoreResult<Self> {
-        let pages = inner.info().pages;
-        let sums = zeroed_sums(pages)?;
-        let zero_crc = crc32c::crc32c(&[0u8; PAGE_SIZE]);
-        Ok(Checksum {
-            inner,
-            sums,
-            zero_crc,
-            stripes: StripeLocks::new(),
-            corrupt_pages: AtomicU64::new(0),
-        })
+        let sums = Sums::new(inner.info().pages)?;
+        Ok(Checksum { inner, sums, stripes: StripeLocks::new(), corrupt_pages: AtomicU64::new(0) })
     }
 
     /// Wrap a store with contents (a file opened again): read every page
     /// once to learn its sum.
     pub fn scan(inner: S) -> StoreResult<Self> {
         let store = Self::new(inner)?;
-        let pages = store.sums.len() as u64;
+        let pages = store.sums.pages();
         for first in (0..pages).step_by(SCAN_PAGES as usize) {
             store.learn(first, SCAN_PAGES.min(pages - first))?;
         }
@@ -84,15 +75,15 @@ impl<S: PageStore> Checksum<S> {
     /// Bytes of per-page metadata this layer holds (the fixed stripe table
     /// aside).
     pub fn metadata_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.sums)
+        self.sums.bytes()
     }
 
     fn expected(&self, page: u64) -> u32 {
-        self.sums[page as usize].load(Relaxed) ^ self.zero_crc
+        self.sums.expected(page)
     }
 
     fn set(&self, page: u64, crc: u32) {
-        self.sums[page as usize].store(crc ^ self.zero_crc, Relaxed);
+        self.sums.set(page, crc);
     }
 
     /// Read `page..page + count` from the inner store and take what is there
@@ -141,7 +132,7 @@ impl<S: PageStore> PageStore for Checksum<S> {
     }
 
     fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
-        let pages = self.sums.len() as u64;
+        let pages = self.sums.pages();
         for op in ops.iter() {
             check_run(pages, op.page, op.buf.len())?;
         }
@@ -162,7 +153,7 @@ impl<S: PageStore> PageStore for Checksum<S> {
     }
 
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
-        let pages = self.sums.len() as u64;
+        let pages = self.sums.pages();
         let mut set = StripeSet::new();
         for op in ops {
             set.add_run(op.page, check_run(pages, op.page, op.data.len())?);
@@ -186,14 +177,14 @@ impl<S: PageStore> PageStore for Checksum<S> {
     }
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
-        check_range(self.sums.len() as u64, page, count)?;
+        check_range(self.sums.pages(), page, count)?;
         let _owned = self.stripes.write(&StripeSet::of_run(page, count));
         if let Err(e) = self.inner.discard(page, count) {
             self.relearn(page, count);
             return Err(e);
         }
         for p in page..page + count {
-            self.set(p, self.zero_crc);
+            self.sums.set_zero(p);
         }
         Ok(())
     }
@@ -201,26 +192,6 @@ impl<S: PageStore> PageStore for Checksum<S> {
     fn flush(&self) -> StoreResult<()> {
         self.inner.flush()
     }
-}
-
-/// A table of `pages` sums, all meaning "zero page", that takes no memory
-/// until written: the allocator hands out fresh zeroed pages (calloc).
-fn zeroed_sums(pages: u64) -> StoreResult<Box<[AtomicU32]>> {
-    let too_many = || StoreError::NoSpace(format!("no memory for the checksums of {pages} pages"));
-    let len = usize::try_from(pages).map_err(|_| too_many())?;
-    if len == 0 {
-        return Ok(Box::new([]));
-    }
-    let layout = std::alloc::Layout::array::<AtomicU32>(len).map_err(|_| too_many())?;
-    // SAFETY: the layout has a non-zero size (len > 0).
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<AtomicU32>();
-    if ptr.is_null() {
-        return Err(too_many());
-    }
-    // SAFETY: `ptr` is a fresh allocation made with the layout of
-    // `[AtomicU32; len]`, which a boxed slice frees with that same layout;
-    // all-zero bytes are a valid AtomicU32 (it has the layout of u32).
-    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) })
 }
 
 #[cfg(test)]

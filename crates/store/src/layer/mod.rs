@@ -4,7 +4,8 @@
 //! every operation to it and adds its one property on the way: `checksum`
 //! verifies every page, `stats` counts and times every operation, `stripe`
 //! spreads pages over several stores (donors), `concat` joins stores of
-//! any sizes end to end (leases). The inner
+//! any sizes end to end (leases), `mirror` keeps every page on two or more
+//! stores and rebuilds a lost copy, `relocate` moves pages while in use. The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
 //!
@@ -14,12 +15,15 @@
 pub mod checksum;
 pub mod concat;
 mod fan_out;
+pub mod mirror;
 pub mod relocate;
 pub mod stats;
 pub mod stripe;
+mod table;
 
 pub use checksum::Checksum;
 pub use concat::Concat;
+pub use mirror::{Mirror, MirrorOptions, MirrorStats};
 pub use relocate::Relocatable;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};
 pub use stripe::Stripe;
