@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use memlend_fault::{Region, RegionConfig};
 use memlend_node::size::{human, parse_pages};
-use memlend_place::Placement;
+use memlend_place::{Placement, Redundancy};
 use memlend_store::PAGE_SIZE;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,6 +45,11 @@ pub struct FarArgs {
     /// --ssd, that is where reclaimed pages go when no donor has room.
     #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "")]
     pub pool: Option<PathBuf>,
+    /// A second home for every page: `mirror` (two donors hold each page;
+    /// needs --also), `ssd` (a donor and a file in the --ssd directory), or
+    /// `none`. A lost copy is rebuilt on another donor in the background.
+    #[arg(long, default_value = "none")]
+    pub redundancy: Redundancy,
 }
 
 fn placement(a: &FarArgs) -> Placement {
@@ -63,11 +68,15 @@ fn placement(a: &FarArgs) -> Placement {
         };
     }
     match &a.ssd {
-        Some(path) => Placement { ssd: Some(path.clone()), ..Placement::default() },
-        None => Placement {
+        Some(path) if a.redundancy == Redundancy::None => {
+            Placement { ssd: Some(path.clone()), ..Placement::default() }
+        }
+        _ => Placement {
             donors: std::iter::once(a.donor.donor).chain(a.more_donors.iter().copied()).collect(),
+            ssd: a.ssd.clone(),
             key: a.donor.key.clone(),
             insecure: a.donor.insecure,
+            redundancy: a.redundancy,
             ..Placement::default()
         },
     }
@@ -78,7 +87,7 @@ pub fn run(a: &FarArgs) -> Result<()> {
         bail!("--local must be smaller than --size for far memory to matter");
     }
     let opened = placement(a).open(Some(a.size))?;
-    let (store, where_) = (opened.store, opened.describe);
+    let (store, where_) = (Arc::clone(&opened.store), opened.describe.clone());
     let cfg = RegionConfig {
         size_bytes: a.size as usize * PAGE_SIZE,
         budget_pages: a.local as usize,
@@ -95,7 +104,8 @@ pub fn run(a: &FarArgs) -> Result<()> {
     }
     let write_s = t.elapsed().as_secs_f64();
     let (random_s, mut random_bad) = random_pass(mem, seed, a.size * a.random_passes);
-    random_bad += hold(mem, seed, a.hold_s);
+    let (held_bad, longest_touch_ms) = hold(mem, seed, a.hold_s);
+    random_bad += held_bad;
     let t = Instant::now();
     let mut want = vec![0u8; PAGE_SIZE];
     let mut bad = random_bad;
@@ -123,8 +133,24 @@ pub fn run(a: &FarArgs) -> Result<()> {
         st.pages_resident,
         a.local
     );
+    if a.hold_s > 0 {
+        println!("  longest touch while held: {longest_touch_ms} ms");
+    }
+    let m = opened.mirror_stats();
+    if m.legs > 0 {
+        println!(
+            "  copies: {} of {} legs healthy; {} legs failed, {} rebuilt ({} pages); {} bad copies, {} repaired; {} pages lost",
+            m.healthy_legs, m.legs, m.leg_failures, m.rebuilds, m.pages_rebuilt, m.bad_copies, m.repaired_pages, m.lost_pages
+        );
+    }
+    if st.pages_resident > a.local {
+        println!(
+            "  over budget: {} pages resident: the store refused write-backs (see the log)",
+            st.pages_resident
+        );
+    }
     println!("  {bad} of {} pages differ", a.size);
-    if bad > 0 || st.pages_resident > a.local {
+    if bad > 0 || st.pages_resident > a.local || m.lost_pages > 0 {
         bail!("far memory check failed");
     }
     Ok(())
@@ -132,15 +158,20 @@ pub fn run(a: &FarArgs) -> Result<()> {
 
 /// Random checked touches for `hold_s` seconds, a line of progress each.
 /// Every other page touched is also written (the same bytes again), so the
-/// region keeps dirtying pages and writing them back while leases move.
-fn hold(mem: &mut [u8], seed: u64, hold_s: u64) -> u64 {
+/// region keeps dirtying pages and writing them back while leases move or
+/// donors fail. Returns the pages that differed and the longest touch in
+/// ms: the pause the program saw.
+fn hold(mem: &mut [u8], seed: u64, hold_s: u64) -> (u64, u64) {
     let start = Instant::now();
     let pages = (mem.len() / PAGE_SIZE) as u64;
     let mut want = vec![0u8; PAGE_SIZE];
-    let (mut x, mut bad) = (seed | 1, 0);
+    let (mut x, mut bad, mut longest_ms) = (seed | 1, 0, 0);
+    let mut last = Instant::now();
     for second in 1..=hold_s {
         let mut touches = 0u64;
         while start.elapsed().as_secs() < second {
+            longest_ms = longest_ms.max(last.elapsed().as_millis() as u64);
+            last = Instant::now();
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
@@ -155,7 +186,7 @@ fn hold(mem: &mut [u8], seed: u64, hold_s: u64) -> u64 {
         }
         println!("  held {second} s: {touches} pages checked, {bad} differ so far");
     }
-    bad
+    (bad, longest_ms)
 }
 
 /// Touch `touches` random pages and check each against its pattern.

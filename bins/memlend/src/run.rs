@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use memlend_node::size::{human, parse_size};
 use memlend_place::env as shim;
-use memlend_place::Placement;
+use memlend_place::{Placement, Redundancy};
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Talk to donors that run without a key.
     #[arg(long)]
     pub insecure: bool,
+    /// A second home for every page: `mirror` (two donors), `ssd` (a donor
+    /// and a file in the --ssd directory) or `none`; see `memlend far`.
+    #[arg(long, default_value = "none")]
+    pub redundancy: Redundancy,
     /// Allocations from this size up go to far memory.
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub threshold: u64,
@@ -69,7 +73,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     if local < 4096 {
         bail!("--local must be at least one page");
     }
-    if !a.donors.is_empty() && a.ssd.is_some() {
+    if !a.donors.is_empty() && a.ssd.is_some() && a.redundancy == Redundancy::None {
         bail!("give --donor or --ssd, not both");
     }
     let pool = a.pool.as_ref().map(|p| match p.as_os_str().is_empty() {
@@ -82,6 +86,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
         key: a.key.clone(),
         insecure: a.insecure,
         pool,
+        redundancy: a.redundancy,
     };
     let (where_, room) = preflight(&placement, a.far)?;
     let far = a.far.unwrap_or_else(|| default_far(local, room));
@@ -173,6 +178,7 @@ fn set_env(
         (shim::KEY, a.key.as_ref().map(|p| absolute(p).display().to_string())),
         (shim::INSECURE, a.insecure.then(|| "1".to_string())),
         (shim::POOL, placement.pool.as_ref().map(|p| p.display().to_string())),
+        (shim::REDUNDANCY, (a.redundancy != Redundancy::None).then(|| a.redundancy.to_string())),
     ];
     for (name, value) in optional {
         match value {

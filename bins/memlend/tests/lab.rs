@@ -5,92 +5,16 @@
 //! its own prefix so they run in parallel, and a guard takes its lab down
 //! on every exit path.
 
+mod labkit;
+
+use labkit::{cgroup_file, memlend, ok, text, Lab, MEMLEND};
 use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-const MEMLEND: &str = env!("CARGO_BIN_EXE_memlend");
 const CGROUPS: &str = "/sys/fs/cgroup/memory/memlend-lab";
 /// The UDP helper's job, set when this test binary is re-run in a node.
 const UDP_ENV: &str = "MEMLEND_LAB_TEST_UDP";
-
-/// Why the lab cannot run here, if it cannot.
-fn skip_reason() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let root =
-        status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    if !root {
-        return Some("not root".into());
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("no `ip` (iproute2)".into());
-    }
-    if !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        return Some("no cgroup v1 memory controller".into());
-    }
-    None
-}
-
-macro_rules! need_lab {
-    () => {
-        if let Some(why) = skip_reason() {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
-}
-
-fn memlend(args: &[&str]) -> Output {
-    Command::new(MEMLEND).args(args).output().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = memlend(args);
-    assert!(
-        out.status.success(),
-        "memlend {args:?} failed: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
-/// A lab that is taken down when the test ends, however it ends.
-struct Lab {
-    prefix: &'static str,
-}
-
-impl Lab {
-    fn up(prefix: &'static str, nodes: usize, mem: &str) -> Lab {
-        let lab = Lab { prefix };
-        ok(&["lab", "up", &nodes.to_string(), "--no-daemon", "--mem", mem, "--prefix", prefix]);
-        lab
-    }
-
-    fn node(&self, i: usize) -> String {
-        format!("{}-n{i}", self.prefix)
-    }
-
-    fn usage(&self, i: usize) -> u64 {
-        cgroup_file(&self.node(i), "memory.usage_in_bytes")
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = memlend(&["lab", "down", "--prefix", self.prefix]);
-    }
-}
-
-fn cgroup_file(node: &str, file: &str) -> u64 {
-    let path = format!("{CGROUPS}/{node}/{file}");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().parse().unwrap()
-}
 
 /// Nothing named after `prefix` is left: namespaces, links, cgroups, state.
 fn assert_no_trace(prefix: &str) {

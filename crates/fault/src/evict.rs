@@ -7,8 +7,38 @@ use crate::mem::Mapping;
 use crate::resolve::{resolve, retry_eagain};
 use crate::state::PageState;
 use crate::stats::Counters;
-use memlend_store::{PageStore, StoreResult, WriteOp, PAGE_SIZE};
+use memlend_store::{PageStore, StoreError, StoreResult, WriteOp, PAGE_SIZE};
 use std::io;
+use std::time::{Duration, Instant};
+
+/// Repeats of a write-back failure are summed into one line this often: a
+/// full disk fails every batch, thousands a second.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A failed write-back keeps its pages resident (nothing is lost; the
+/// region goes over its budget until the store takes writes again). The
+/// first failure is logged at once, later ones summed per interval.
+#[derive(Default)]
+pub(crate) struct FailureLog {
+    last_logged: Option<Instant>,
+    batches_since: u64,
+    pages_since: u64,
+}
+
+impl FailureLog {
+    pub(crate) fn note(&mut self, pages: usize, e: &StoreError) {
+        self.batches_since += 1;
+        self.pages_since += pages as u64;
+        if self.last_logged.is_some_and(|t| t.elapsed() < FAILURE_LOG_INTERVAL) {
+            return;
+        }
+        let (batches, pages) = (self.batches_since, self.pages_since);
+        tracing::error!(
+            "fault handler: write-back failed ({batches} batches, {pages} pages since the last report): {e}; the pages stay resident, over the budget, until the store takes writes"
+        );
+        (self.last_logged, self.batches_since, self.pages_since) = (Some(Instant::now()), 0, 0);
+    }
+}
 
 /// Pages per eviction ahead of need: a fault arriving meanwhile waits for
 /// this slice only, not a whole batch.
@@ -72,8 +102,7 @@ impl Handler {
                 Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
             }
             Err(e) => {
-                let count = dirty.len();
-                tracing::error!("fault handler: write-back of {count} pages failed: {e}");
+                self.writeback_failures.note(dirty.len(), &e);
                 self.unstage(&dirty);
                 self.unstage(&zero);
             }

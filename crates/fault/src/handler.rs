@@ -70,6 +70,8 @@ pub(crate) struct Handler {
     /// The last eviction ahead freed nothing (victims kept, write-back
     /// failed): do not try again until a message comes.
     pub headroom_stalled: bool,
+    /// Write-back failures, logged at most once per interval.
+    pub writeback_failures: crate::evict::FailureLog,
     /// How long to poll without sleeping before a sleeping wait.
     pub spin: Duration,
     /// Running average of the idle time before a message came.

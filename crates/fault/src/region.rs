@@ -133,6 +133,7 @@ impl Region {
                 .unwrap_or(2 * config.evict_batch_pages)
                 .min(config.budget_pages / 2),
             headroom_stalled: false,
+            writeback_failures: Default::default(),
             spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
             recent_gap: std::time::Duration::ZERO,
         };

@@ -21,7 +21,8 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
         let addr = p.donors[0];
         let store = open_slab(addr, &cfg, pages.unwrap_or(each))?;
         let pages = store.info().pages;
-        return Ok(Opened { store: Arc::new(store), pages, describe: format!("donor {addr}") });
+        let describe = format!("donor {addr}");
+        return Ok(Opened { store: Arc::new(store), pages, describe, mirrors: Vec::new() });
     }
     let mut stores: Vec<Arc<dyn PageStore>> = Vec::new();
     for &addr in &p.donors {
@@ -29,7 +30,8 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
     }
     let store = Stripe::new(stores, STRIPE_CHUNK_PAGES)?;
     let pages = pages.unwrap_or(store.info().pages);
-    Ok(Opened { store: Arc::new(store), pages, describe: format!("{n} donors, striped") })
+    let describe = format!("{n} donors, striped");
+    Ok(Opened { store: Arc::new(store), pages, describe, mirrors: Vec::new() })
 }
 
 /// Bytes a stripe over the donors can hold now: the least free donor's
@@ -56,7 +58,7 @@ fn open_slab(addr: SocketAddr, cfg: &ClientConfig, pages: u64) -> Result<RemoteS
 
 /// Pages each donor can still promise, whole stripe chunks, for an even
 /// stripe: the least free donor decides.
-fn room_on_each(donors: &[SocketAddr], cfg: &ClientConfig) -> Result<u64> {
+pub(crate) fn room_on_each(donors: &[SocketAddr], cfg: &ClientConfig) -> Result<u64> {
     let mut least = u64::MAX;
     for &addr in donors {
         least = least.min(free_pages(addr, cfg)?);

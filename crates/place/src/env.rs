@@ -11,6 +11,8 @@ pub const DONORS: &str = "MEMLEND_DONORS";
 pub const POOL: &str = "MEMLEND_POOL";
 /// SSD path (file, directory or block device) when there are no donors.
 pub const SSD: &str = "MEMLEND_SSD";
+/// "mirror" or "ssd": a second home for every page.
+pub const REDUNDANCY: &str = "MEMLEND_REDUNDANCY";
 /// Cluster key file.
 pub const KEY: &str = "MEMLEND_KEY";
 /// "1": donors without a key are fine.

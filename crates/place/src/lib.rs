@@ -10,7 +10,10 @@ mod donors;
 pub mod env;
 pub mod pool;
 mod reclaim;
+pub mod redundant;
 mod ssd;
+
+pub use redundant::Redundancy;
 
 use anyhow::{bail, Result};
 use memlend_store::PageStore;
@@ -43,6 +46,8 @@ pub struct Placement {
     /// instead of naming donors. `ssd`, if given, is where reclaimed pages
     /// go home when no other donor has room.
     pub pool: Option<PathBuf>,
+    /// A second home for every page (needs donors).
+    pub redundancy: Redundancy,
 }
 
 /// A store opened for a placement.
@@ -51,6 +56,15 @@ pub struct Opened {
     pub pages: u64,
     /// For logs: "donor 10.0.0.2:7070", "3 donors", "file /var/tmp/...".
     pub describe: String,
+    /// The mirrors under the store, for their health counters.
+    pub mirrors: Vec<Arc<memlend_store::layer::Mirror>>,
+}
+
+impl Opened {
+    /// The mirrors' counters, summed (all zero without redundancy).
+    pub fn mirror_stats(&self) -> memlend_store::layer::MirrorStats {
+        redundant::sum_stats(&self.mirrors)
+    }
 }
 
 impl Placement {
@@ -59,6 +73,12 @@ impl Placement {
     pub fn open(&self, pages: Option<u64>) -> Result<Opened> {
         if pages == Some(0) {
             bail!("a far-memory store needs at least one page");
+        }
+        if self.redundancy != Redundancy::None {
+            if self.pool.is_some() || self.donors.is_empty() {
+                bail!("--redundancy {} needs donors named with --donor", self.redundancy);
+            }
+            return redundant::open(self, pages);
         }
         if let Some(api) = &self.pool {
             if !self.donors.is_empty() {

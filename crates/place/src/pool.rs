@@ -52,7 +52,7 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
     let describe = format!("{} lease(s) from {}", grants.len(), names.join(", "));
     let home = p.ssd.clone();
     crate::reclaim::spawn(client, members, cfg, home)?;
-    Ok(Opened { store: Arc::new(store), pages, describe })
+    Ok(Opened { store: Arc::new(store), pages, describe, mirrors: Vec::new() })
 }
 
 pub fn member(lease: Option<(u64, u64)>, donor_name: &str, store: Arc<dyn PageStore>) -> Member {

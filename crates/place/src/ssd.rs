@@ -49,7 +49,7 @@ fn create(path: &Path, pages: Option<u64>) -> Result<Opened> {
     // The open descriptor keeps the file; the name would only be left behind.
     std::fs::remove_file(path).with_context(|| format!("cannot unlink {}", path.display()))?;
     let describe = format!("file {} (unlinked)", path.display());
-    Ok(Opened { store: Arc::new(store), pages, describe })
+    Ok(Opened { store: Arc::new(store), pages, describe, mirrors: Vec::new() })
 }
 
 /// O_DIRECT, so the pages sit on the disk and not in the page cache: a
@@ -74,7 +74,8 @@ fn open_device(path: &Path, pages: Option<u64>) -> Result<Opened> {
     let store = FileStore::open(path, len_bytes, FileOptions { direct: true })
         .with_context(|| format!("cannot open {}", path.display()))?;
     let pages = store.info().pages;
-    Ok(Opened { store: Arc::new(store), pages, describe: format!("device {}", path.display()) })
+    let describe = format!("device {}", path.display());
+    Ok(Opened { store: Arc::new(store), pages, describe, mirrors: Vec::new() })
 }
 
 fn free_pages(dir: &Path) -> Result<u64> {

@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use memlend_place::Placement;
 use std::path::PathBuf;
 
+use memlend_place::env::REDUNDANCY as ENV_REDUNDANCY;
 use memlend_place::env::{DEFAULT_THRESHOLD_BYTES, DONORS as ENV_DONORS, FAR as ENV_FAR};
 use memlend_place::env::{INSECURE as ENV_INSECURE, KEY as ENV_KEY, LOCAL as ENV_LOCAL};
 use memlend_place::env::{
@@ -46,6 +47,10 @@ pub fn from_env() -> Result<Option<Config>> {
         key: var(ENV_KEY).map(PathBuf::from),
         insecure: var(ENV_INSECURE).is_some_and(|v| v == "1"),
         pool: var(ENV_POOL).map(PathBuf::from),
+        redundancy: match var(ENV_REDUNDANCY) {
+            Some(v) => v.parse().with_context(|| format!("{ENV_REDUNDANCY}={v}"))?,
+            None => Default::default(),
+        },
     };
     if local_bytes < 4096 {
         bail!("{ENV_LOCAL}={local}: the local budget must be at least one page");

@@ -1,0 +1,93 @@
+//! Shared by the tests that need the lab (root, iproute2, cgroup v1):
+//! bringing a lab up and down, and running `memlend`.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const CGROUPS: &str = "/sys/fs/cgroup/memory/memlend-lab";
+pub const MEMLEND: &str = env!("CARGO_BIN_EXE_memlend");
+
+/// Why the lab cannot run here, if it cannot.
+pub fn skip_reason() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let root =
+        status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        return Some("not root".into());
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("no `ip` (iproute2)".into());
+    }
+    if !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        return Some("no cgroup v1 memory controller".into());
+    }
+    None
+}
+
+#[macro_export]
+macro_rules! need_lab {
+    () => {
+        if let Some(why) = $crate::labkit::skip_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+pub fn memlend(args: &[&str]) -> Output {
+    Command::new(MEMLEND).args(args).output().unwrap()
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub fn ok(args: &[&str]) -> String {
+    let out = memlend(args);
+    assert!(
+        out.status.success(),
+        "memlend {args:?} failed: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// A lab that is taken down when the test ends, however it ends.
+pub struct Lab {
+    pub prefix: &'static str,
+}
+
+impl Lab {
+    pub fn up(prefix: &'static str, nodes: usize, mem: &str) -> Lab {
+        Lab::up_in(prefix, nodes, mem, "10.77.0.0/24")
+    }
+
+    /// A lab on its own subnet, so that labs can run side by side.
+    pub fn up_in(prefix: &'static str, nodes: usize, mem: &str, subnet: &str) -> Lab {
+        let lab = Lab { prefix };
+        let n = nodes.to_string();
+        ok(&["lab", "up", &n, "--no-daemon", "--mem", mem, "--prefix", prefix, "--subnet", subnet]);
+        lab
+    }
+
+    pub fn node(&self, i: usize) -> String {
+        format!("{}-n{i}", self.prefix)
+    }
+
+    pub fn usage(&self, i: usize) -> u64 {
+        cgroup_file(&self.node(i), "memory.usage_in_bytes")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = memlend(&["lab", "down", "--prefix", self.prefix]);
+    }
+}
+
+pub fn cgroup_file(node: &str, file: &str) -> u64 {
+    let path = format!("{CGROUPS}/{node}/{file}");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().parse().unwrap()
+}

@@ -1,0 +1,192 @@
+//! Pages with a second home: mirrored on two donors, or written through to a
+//! local SSD file as well as a donor (Infiniswap's backup disk). A donor
+//! that dies, stops or drops off costs a pause of about a second, never a
+//! page; the lost copy is rebuilt on another donor in the background.
+//!
+//! Layout over n donors. `mirror`: n = 2 gives one mirror; n >= 3 a stripe
+//! of n mirrors, mirror k on donors k and k+1 (chained declustering), so
+//! each donor holds two slabs and a dead donor's load spreads over two
+//! others. `ssd`: a stripe of n mirrors, each a donor slab read first and an
+//! SSD file behind it.
+
+use crate::{donors, ssd, Opened, Placement, STRIPE_CHUNK_PAGES};
+use anyhow::{bail, Context, Result};
+use memlend_remote::{ClientConfig, RemoteStore};
+use memlend_store::layer::mirror::{SpareFn, SpareRequest};
+use memlend_store::layer::{Mirror, MirrorOptions, MirrorStats, Stripe};
+use memlend_store::{PageStore, StoreError};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a redundant leg may take to answer before it counts as failed
+/// and the mirror reads elsewhere: the pause a dead or stopped donor costs.
+pub const LEG_IO_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// Label of a leg on the local SSD.
+const SSD_LABEL: &str = "ssd";
+
+/// A page's second home.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Redundancy {
+    /// One copy: a donor that dies takes its pages with it.
+    #[default]
+    None,
+    /// Two donors hold every page.
+    Mirror,
+    /// A donor and a local SSD file hold every page.
+    Ssd,
+}
+
+impl FromStr for Redundancy {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Redundancy> {
+        match s {
+            "none" => Ok(Redundancy::None),
+            "mirror" => Ok(Redundancy::Mirror),
+            "ssd" => Ok(Redundancy::Ssd),
+            _ => bail!("redundancy {s:?}: expected none, mirror or ssd"),
+        }
+    }
+}
+
+impl std::fmt::Display for Redundancy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Redundancy::None => "none",
+            Redundancy::Mirror => "mirror",
+            Redundancy::Ssd => "ssd",
+        })
+    }
+}
+
+/// Open `pages` pages (or as many as fit) with a second home for each.
+pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
+    let n = p.donors.len();
+    if p.redundancy == Redundancy::Mirror && n < 2 {
+        bail!("--redundancy mirror needs at least two donors");
+    }
+    let cfg = leg_config(donors::client_config(p)?);
+    let count = if p.redundancy == Redundancy::Mirror && n == 2 { 1 } else { n as u64 };
+    let each = match pages {
+        Some(pages) => pages.div_ceil(count * STRIPE_CHUNK_PAGES) * STRIPE_CHUNK_PAGES,
+        // Chained, each donor holds slabs of two mirrors.
+        None => {
+            donors::room_on_each(&p.donors, &cfg)? / 2 / STRIPE_CHUNK_PAGES * STRIPE_CHUNK_PAGES
+        }
+    };
+    let spares = Arc::new(Spares { donors: p.donors.clone(), cfg, ssd: ssd_dir(p) });
+    let mut made: Vec<Arc<Mirror>> = Vec::new();
+    for k in 0..count as usize {
+        made.push(Arc::new(mirror(p, &spares, k, each)?));
+    }
+    let describe = format!("{n} donor(s), redundancy {}", p.redundancy);
+    let stores: Vec<Arc<dyn PageStore>> =
+        made.iter().map(|m| Arc::clone(m) as Arc<dyn PageStore>).collect();
+    let store: Arc<dyn PageStore> = match stores.len() {
+        1 => Arc::clone(&stores[0]),
+        _ => Arc::new(Stripe::new(stores, STRIPE_CHUNK_PAGES)?),
+    };
+    let pages = pages.unwrap_or(store.info().pages);
+    Ok(Opened { store, pages, describe, mirrors: made })
+}
+
+/// Mirror number `k`: its two legs and where its spares come from.
+fn mirror(p: &Placement, spares: &Arc<Spares>, k: usize, pages: u64) -> Result<Mirror> {
+    let first = p.donors[k];
+    let a = (spares.slab(first, pages)?, first.to_string());
+    let b = match p.redundancy {
+        Redundancy::Ssd => (spares.ssd_file(pages)?, SSD_LABEL.to_string()),
+        _ => {
+            let second = p.donors[(k + 1) % p.donors.len()];
+            (spares.slab(second, pages)?, second.to_string())
+        }
+    };
+    let spread_reads = p.redundancy == Redundancy::Mirror;
+    let opts = MirrorOptions { spread_reads, ..MirrorOptions::default() };
+    let spares = Arc::clone(spares);
+    let ssd_fallback = p.redundancy == Redundancy::Mirror;
+    let spare: SpareFn = Box::new(move |req| spares.spare(req, ssd_fallback));
+    Ok(Mirror::new(vec![a, b], pages, opts, Some(spare))?)
+}
+
+/// A redundant leg gives up quickly: the other copy is there.
+fn leg_config(mut cfg: ClientConfig) -> ClientConfig {
+    cfg.io_timeout = LEG_IO_TIMEOUT;
+    cfg.connect_timeout = LEG_IO_TIMEOUT;
+    cfg.max_retries = 0;
+    cfg
+}
+
+fn ssd_dir(p: &Placement) -> PathBuf {
+    p.ssd.clone().unwrap_or_else(crate::default_ssd_dir)
+}
+
+/// Where new legs come from.
+struct Spares {
+    donors: Vec<SocketAddr>,
+    cfg: ClientConfig,
+    ssd: PathBuf,
+}
+
+impl Spares {
+    fn slab(&self, addr: SocketAddr, pages: u64) -> Result<Arc<dyn PageStore>> {
+        let store = RemoteStore::open(addr, self.cfg.clone(), pages).with_context(|| {
+            format!("cannot open {} on donor {addr}", crate::human_pages(pages))
+        })?;
+        Ok(Arc::new(store))
+    }
+
+    fn ssd_file(&self, pages: u64) -> Result<Arc<dyn PageStore>> {
+        Ok(ssd::open(&self.ssd, Some(pages))?.store)
+    }
+
+    /// A donor not in `avoid` with room; else, when allowed, the SSD.
+    fn spare(
+        &self,
+        req: &SpareRequest,
+        ssd_fallback: bool,
+    ) -> Result<(Arc<dyn PageStore>, String), StoreError> {
+        let mut why = Vec::new();
+        for &addr in &self.donors {
+            let label = addr.to_string();
+            if req.avoid.contains(&label) {
+                continue;
+            }
+            match self.slab(addr, req.pages) {
+                Ok(store) => return Ok((store, label)),
+                Err(e) => why.push(format!("{e:#}")),
+            }
+        }
+        if ssd_fallback && !req.avoid.iter().any(|l| l == SSD_LABEL) {
+            tracing::warn!("no other donor can hold a copy; keeping it on the local SSD");
+            let store = self.ssd_file(req.pages).map_err(|e| unavailable(format!("{e:#}")))?;
+            return Ok((store, SSD_LABEL.to_string()));
+        }
+        why.push("no other donor is named".into());
+        Err(unavailable(why.join("; ")))
+    }
+}
+
+fn unavailable(why: String) -> StoreError {
+    StoreError::Unavailable(why)
+}
+
+/// Counters of several mirrors, summed; `rebuilding` if any is.
+pub fn sum_stats(mirrors: &[Arc<Mirror>]) -> MirrorStats {
+    let mut t = MirrorStats::default();
+    for s in mirrors.iter().map(|m| m.stats()) {
+        t.legs += s.legs;
+        t.healthy_legs += s.healthy_legs;
+        t.leg_failures += s.leg_failures;
+        t.bad_copies += s.bad_copies;
+        t.repaired_pages += s.repaired_pages;
+        t.lost_pages += s.lost_pages;
+        t.rebuilds += s.rebuilds;
+        t.pages_rebuilt += s.pages_rebuilt;
+        t.rebuilding |= s.rebuilding;
+    }
+    t
+}
