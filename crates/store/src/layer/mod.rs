@@ -2,7 +2,8 @@
 //!
 //! A layer takes any `S: PageStore` (including `Arc<dyn PageStore>`), forwards
 //! every operation to it and adds its one property on the way: `checksum`
-//! verifies every page, `stats` counts and times every operation, `stripe`
+//! verifies every page, `crypt` encrypts every page so the store below holds
+//! only ciphertext, `stats` counts and times every operation, `stripe`
 //! spreads pages over several stores (donors), `concat` joins stores of
 //! any sizes end to end (leases). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
@@ -13,6 +14,7 @@
 
 pub mod checksum;
 pub mod concat;
+pub mod crypt;
 mod fan_out;
 pub mod relocate;
 pub mod stats;
@@ -20,6 +22,7 @@ pub mod stripe;
 
 pub use checksum::Checksum;
 pub use concat::Concat;
+pub use crypt::Crypt;
 pub use relocate::Relocatable;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};
 pub use stripe::Stripe;
