@@ -6,7 +6,7 @@
 //! the `ram` backend is sparse.
 
 use memlend_store::file::{FileOptions, FileStore};
-use memlend_store::layer::{Checksum, Mirror, MirrorOptions, Stats};
+use memlend_store::layer::{Checksum, Crypt, Mirror, MirrorOptions, Stats};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, ReadOp, StoreError, WriteOp, PAGE_SIZE};
 use proptest::prelude::*;
@@ -57,12 +57,17 @@ fn subjects(pages: u64) -> Vec<Subject> {
         Subject { store: Box::new(Stats::new(ram(pages))), _dir: None },
         Subject { store: Box::new(Checksum::new(Stats::new(ram(pages))).unwrap()), _dir: None },
         Subject { store: Box::new(mirror(pages)), _dir: None },
+        Subject {
+            store: Box::new(Crypt::new(Stats::new(ram(pages)), [1; 32]).unwrap()),
+            _dir: None,
+        },
     ];
-    let stacks: [(bool, Stack); 4] = [
+    let stacks: [(bool, Stack); 5] = [
         (false, |f| Box::new(f)),
         (true, |f| Box::new(f)),
         (false, |f| Box::new(Stats::new(Checksum::new(f).unwrap()))),
         (true, |f| Box::new(Checksum::new(Arc::new(f) as Arc<dyn PageStore>).unwrap())),
+        (true, |f| Box::new(Crypt::new(f, [2; 32]).unwrap())),
     ];
     for (direct, stack) in stacks {
         if let Some((file, dir)) = file_in(&tmp, pages, direct) {

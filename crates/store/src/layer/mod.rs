@@ -2,7 +2,8 @@
 //!
 //! A layer takes any `S: PageStore` (including `Arc<dyn PageStore>`), forwards
 //! every operation to it and adds its one property on the way: `checksum`
-//! verifies every page, `stats` counts and times every operation, `stripe`
+//! verifies every page, `crypt` encrypts every page so the store below holds
+//! only ciphertext, `stats` counts and times every operation, `stripe`
 //! spreads pages over several stores (donors), `concat` joins stores of
 //! any sizes end to end (leases), `mirror` keeps every page on two or more
 //! stores and rebuilds a lost copy, `relocate` moves pages while in use. The inner
@@ -14,6 +15,7 @@
 
 pub mod checksum;
 pub mod concat;
+pub mod crypt;
 mod fan_out;
 pub mod mirror;
 pub mod relocate;
@@ -23,6 +25,7 @@ mod table;
 
 pub use checksum::Checksum;
 pub use concat::Concat;
+pub use crypt::Crypt;
 pub use mirror::{Mirror, MirrorOptions, MirrorStats};
 pub use relocate::Relocatable;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};

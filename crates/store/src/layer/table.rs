@@ -1,6 +1,6 @@
 //! Per-page tables that cost no memory until written: the allocator hands
 //! out fresh zeroed pages (calloc), so a table for a sparse 64 GiB store
-//! only grows with the pages in use. Shared by `checksum`, `mirror`.
+//! only grows with the pages in use. Shared by `checksum`, `mirror`, `crypt`.
 
 use crate::{StoreError, StoreResult, PAGE_SIZE};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -23,8 +23,8 @@ pub(crate) fn zeroed<T: ZeroValid>(len: u64, what: &str) -> StoreResult<Box<[T]>
         return Ok(Vec::new().into_boxed_slice());
     }
     let layout = std::alloc::Layout::array::<T>(len).map_err(|_| too_many())?;
-    // SAFETY: the layout has a non-zero size (len > 0; both ZeroValid types
-    // are 4 or 8 bytes).
+    // SAFETY: the layout has a non-zero size (len > 0; every ZeroValid type
+    // is at least 4 bytes).
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
     if ptr.is_null() {
         return Err(too_many());
