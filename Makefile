@@ -35,7 +35,7 @@ bench-nbd: setup build
 # Each decoder target for FUZZ_RUNS executions (needs cargo-fuzz and nightly).
 FUZZ_RUNS ?= 1000000
 fuzz:
-	cd fuzz && for t in page_request page_reply page_handshake ctrl_decode; do \
+	cd fuzz && for t in page_request page_reply page_handshake ctrl_decode nbd_handshake nbd_command; do \
 	  cargo +nightly fuzz run -O $$t corpus/$$t -- -runs=$(FUZZ_RUNS) -max_len=1500 || exit 1; done
 
 clean:
