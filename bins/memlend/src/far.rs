@@ -50,6 +50,10 @@ pub struct FarArgs {
     /// `none`. A lost copy is rebuilt on another donor in the background.
     #[arg(long, default_value = "none")]
     pub redundancy: Redundancy,
+    /// Send pages to donors in plain text. By default each page is
+    /// encrypted (AES-256-GCM) with a key that never leaves this process.
+    #[arg(long)]
+    pub no_encrypt: bool,
 }
 
 fn placement(a: &FarArgs) -> Placement {
@@ -64,6 +68,7 @@ fn placement(a: &FarArgs) -> Placement {
             ssd: a.ssd.clone(),
             key: a.donor.key.clone(),
             insecure: a.donor.insecure,
+            no_encrypt: a.no_encrypt,
             ..Placement::default()
         };
     }
@@ -77,6 +82,7 @@ fn placement(a: &FarArgs) -> Placement {
             key: a.donor.key.clone(),
             insecure: a.donor.insecure,
             redundancy: a.redundancy,
+            no_encrypt: a.no_encrypt,
             ..Placement::default()
         },
     }

@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// and a file in the --ssd directory) or `none`; see `memlend far`.
     #[arg(long, default_value = "none")]
     pub redundancy: Redundancy,
+    /// Send pages to donors in plain text (by default they are encrypted
+    /// with a key that never leaves the process).
+    #[arg(long)]
+    pub no_encrypt: bool,
     /// Allocations from this size up go to far memory.
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub threshold: u64,
@@ -87,6 +91,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
         insecure: a.insecure,
         pool,
         redundancy: a.redundancy,
+        no_encrypt: a.no_encrypt,
     };
     let (where_, room) = preflight(&placement, a.far)?;
     let far = a.far.unwrap_or_else(|| default_far(local, room));
@@ -179,6 +184,7 @@ fn set_env(
         (shim::INSECURE, a.insecure.then(|| "1".to_string())),
         (shim::POOL, placement.pool.as_ref().map(|p| p.display().to_string())),
         (shim::REDUNDANCY, (a.redundancy != Redundancy::None).then(|| a.redundancy.to_string())),
+        (shim::NO_ENCRYPT, a.no_encrypt.then(|| "1".to_string())),
     ];
     for (name, value) in optional {
         match value {

@@ -13,6 +13,8 @@ pub const POOL: &str = "MEMLEND_POOL";
 pub const SSD: &str = "MEMLEND_SSD";
 /// "mirror" or "ssd": a second home for every page.
 pub const REDUNDANCY: &str = "MEMLEND_REDUNDANCY";
+/// "1": pages go to donors in plain text.
+pub const NO_ENCRYPT: &str = "MEMLEND_NO_ENCRYPT";
 /// Cluster key file.
 pub const KEY: &str = "MEMLEND_KEY";
 /// "1": donors without a key are fine.

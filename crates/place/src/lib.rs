@@ -48,6 +48,8 @@ pub struct Placement {
     pub pool: Option<PathBuf>,
     /// A second home for every page (needs donors).
     pub redundancy: Redundancy,
+    /// Keep pages that leave this machine in plain text (see [`Placement::open`]).
+    pub no_encrypt: bool,
 }
 
 /// A store opened for a placement.
@@ -69,8 +71,25 @@ impl Opened {
 
 impl Placement {
     /// Open a store of `pages` pages, or, when `None`, as many as the place
-    /// has room for, up to [`DEFAULT_MAX_PAGES`].
+    /// has room for, up to [`DEFAULT_MAX_PAGES`]. Pages that go to donors
+    /// are encrypted here (AES-256-GCM, a fresh key per store that never
+    /// leaves this process), so a donor holds only ciphertext, unless
+    /// `no_encrypt`.
     pub fn open(&self, pages: Option<u64>) -> Result<Opened> {
+        let opened = self.open_plain(pages)?;
+        let remote = !self.donors.is_empty() || self.pool.is_some();
+        if !remote || self.no_encrypt {
+            return Ok(opened);
+        }
+        let mut key = [0u8; 32];
+        getrandom::getrandom(&mut key)
+            .map_err(|e| anyhow::anyhow!("no random key for page encryption: {e}"))?;
+        let store = memlend_store::layer::Crypt::new(Arc::clone(&opened.store), key)?;
+        let describe = format!("{}, encrypted", opened.describe);
+        Ok(Opened { store: Arc::new(store), describe, ..opened })
+    }
+
+    fn open_plain(&self, pages: Option<u64>) -> Result<Opened> {
         if pages == Some(0) {
             bail!("a far-memory store needs at least one page");
         }

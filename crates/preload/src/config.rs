@@ -5,9 +5,9 @@ use anyhow::{bail, Context, Result};
 use memlend_place::Placement;
 use std::path::PathBuf;
 
-use memlend_place::env::REDUNDANCY as ENV_REDUNDANCY;
 use memlend_place::env::{DEFAULT_THRESHOLD_BYTES, DONORS as ENV_DONORS, FAR as ENV_FAR};
 use memlend_place::env::{INSECURE as ENV_INSECURE, KEY as ENV_KEY, LOCAL as ENV_LOCAL};
+use memlend_place::env::{NO_ENCRYPT as ENV_NO_ENCRYPT, REDUNDANCY as ENV_REDUNDANCY};
 use memlend_place::env::{
     POOL as ENV_POOL, SSD as ENV_SSD, STATS_DIR as ENV_STATS_DIR, THRESHOLD as ENV_THRESHOLD,
 };
@@ -51,6 +51,7 @@ pub fn from_env() -> Result<Option<Config>> {
             Some(v) => v.parse().with_context(|| format!("{ENV_REDUNDANCY}={v}"))?,
             None => Default::default(),
         },
+        no_encrypt: var(ENV_NO_ENCRYPT).is_some_and(|v| v == "1"),
     };
     if local_bytes < 4096 {
         bail!("{ENV_LOCAL}={local}: the local budget must be at least one page");
