@@ -13,6 +13,7 @@ test: setup lint build
 	@mkdir -p target
 	set -o pipefail; cargo test --workspace --release 2>&1 | tee target/test.log
 	@scripts/test-summary.sh target/test.log
+	scripts/fuzz_smoke.sh
 
 setup:
 	@scripts/setup.sh

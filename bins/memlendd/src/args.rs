@@ -16,10 +16,16 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]
     pub listen: SocketAddr,
 
-    /// Also serve NBD exports on this address (keep it on loopback or a
-    /// trusted network: NBD has no authentication here).
+    /// Also serve NBD exports on this address. NBD has no authentication,
+    /// so an address off loopback needs --nbd-allow.
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<SocketAddr>,
+
+    /// Clients allowed to use the NBD exports, as address blocks
+    /// (`10.0.0.0/24`, `192.168.1.5`); repeatable. Others are closed at
+    /// accept. Required when --nbd is not on loopback.
+    #[arg(long, value_name = "CIDR")]
+    pub nbd_allow: Vec<memlend_server::nbd::Cidr>,
 
     /// An NBD export `NAME=SIZE`, carved out of --lend; repeatable. The first
     /// one is also served for the empty name. Default with --nbd: one export

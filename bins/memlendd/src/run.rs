@@ -182,12 +182,13 @@ pub fn start_nbd(
         let about = format!("memlend RAM export of {}", human(pages * PAGE_SIZE as u64));
         list.push(nbd::Export::new(name.clone(), store).description(about));
     }
-    if !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "NBD export on a non-loopback address: NBD has no authentication here");
+    if !addr.ip().is_loopback() && args.nbd_allow.is_empty() {
+        bail!("--nbd {addr} is off loopback and NBD has no authentication: name the clients with --nbd-allow CIDR");
     }
     let cfg = nbd::NbdConfig {
         max_connections: args.max_nbd_connections,
         spin_before_sleep_us: args.spin_us,
+        allow: args.nbd_allow.clone(),
         ..Default::default()
     };
     let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;

@@ -72,6 +72,22 @@ fn refuses_exports_larger_than_the_lend() {
 }
 
 #[test]
+fn refuses_nbd_off_loopback_without_an_allowlist() {
+    let err = refusal(&["--lend", "16M", "--insecure", "--nbd", "0.0.0.0:0"]);
+    assert!(err.contains("--nbd-allow"), "{err}");
+    let err = refusal(&[
+        "--lend",
+        "16M",
+        "--insecure",
+        "--nbd",
+        "0.0.0.0:0",
+        "--nbd-allow",
+        "10.0.0.0/33",
+    ]);
+    assert!(err.contains("bad prefix length"), "{err}");
+}
+
+#[test]
 fn serves_pages_and_stops_cleanly_on_sigterm() {
     let addr = free_addr();
     let mut reaped = Reaped(

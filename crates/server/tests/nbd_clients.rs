@@ -183,3 +183,18 @@ fn qemu_io_is_refused_writes_on_a_read_only_export() {
 fn a_missing_client_tool_fails_the_test_and_names_its_package() {
     require_tool("no-such-nbd-tool", "some-package");
 }
+
+/// A client outside the allowlist is closed before the handshake; one
+/// inside it gets the export.
+#[test]
+fn the_allowlist_keeps_other_addresses_out() {
+    require_tool("nbdinfo", "libnbd-bin");
+    let only =
+        |cidr: &str| NbdConfig { allow: vec![cidr.parse().unwrap()], ..NbdConfig::default() };
+    let export = || vec![Export::new("mem", ram(256))];
+    let shut_out = TestServer::start(export(), only("10.0.0.0/8"));
+    let out = Command::new("nbdinfo").arg(shut_out.uri("")).output().unwrap();
+    assert!(!out.status.success(), "a client outside 10.0.0.0/8 got in");
+    let let_in = TestServer::start(export(), only("127.0.0.0/8"));
+    assert!(stdout(Command::new("nbdinfo").arg("--size").arg(let_in.uri(""))).trim() == "1048576");
+}

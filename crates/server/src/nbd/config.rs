@@ -44,6 +44,9 @@ pub struct NbdConfig {
     /// Requests queued for those workers; the connection stops reading the
     /// socket while the queue is full.
     pub max_inflight_requests: usize,
+    /// Client addresses allowed to connect; empty: all. Others are closed
+    /// at accept, before a byte is read.
+    pub allow: Vec<super::allow::Cidr>,
 }
 
 impl Default for NbdConfig {
@@ -62,6 +65,7 @@ impl Default for NbdConfig {
             spin_before_sleep_us: 50,
             workers_per_connection: 4,
             max_inflight_requests: 64,
+            allow: Vec::new(),
         }
     }
 }

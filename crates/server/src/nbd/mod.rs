@@ -6,6 +6,7 @@
 //! store every request is served on that thread and replies are batched;
 //! on a slow one a small bounded pool per connection answers out of order.
 
+mod allow;
 mod buffers;
 mod byte_io;
 mod command;
@@ -21,6 +22,7 @@ mod session;
 mod transmission;
 mod workers;
 
+pub use allow::Cidr;
 pub use config::NbdConfig;
 pub use error::ConnError;
 pub use export::Export;
@@ -43,6 +45,10 @@ pub fn serve(
     let server = Arc::new(Server::new(exports, cfg, shutdown.clone())?);
     let max_connections = server.cfg.max_connections;
     accept_loop("nbd", listener, shutdown, max_connections, move |stream, peer| {
+        if !allow::allowed(&server.cfg.allow, peer.ip()) {
+            tracing::warn!(%peer, "NBD client not in the allowlist: closed");
+            return;
+        }
         connection::handle(stream, peer, &server)
     })
 }
