@@ -3,17 +3,46 @@
 use crate::{ClientConfig, ClientError};
 use memlend_wire::page::REP_HEADER_LEN;
 use memlend_wire::page::{self, Auth, Challenge, Hello, RepHeader, ReqHeader, Status, Welcome};
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
 
 /// Receive buffer: big enough to take many small replies per syscall; large
 /// payloads bypass it and go straight into the caller's buffer.
 const RECV_BUF_BYTES: usize = 256 << 10;
+/// Acknowledged bytes at the front of the send buffer before it is
+/// compacted.
+const COMPACT_BYTES: usize = 1 << 20;
 
+/// A request sent (or queued) and not yet answered: kept, whole, in `out`
+/// until its reply comes, so that it can be sent again after a resume.
+struct Unacked {
+    seq: u64,
+    /// Where the frame ends in `out`; it starts where the previous one ends
+    /// (the first at `head`).
+    end: usize,
+    acked: bool,
+}
+
+/// One connection to a donor, in one session. Requests are numbered in the
+/// session and kept until answered; when the connection breaks, `recover`
+/// reconnects, resumes the session and sends the unanswered ones again,
+/// and the donor applies each exactly once (see the server's
+/// `sessions.rs`).
 pub struct Conn {
     stream: TcpStream,
     peer: SocketAddr,
+    cfg: ClientConfig,
+    /// Frames from `head` on are unanswered; bytes before `sent` are on the
+    /// wire.
     out: Vec<u8>,
+    head: usize,
+    sent: usize,
+    unacked: VecDeque<Unacked>,
+    resumes_left: u32,
+    /// Sessions resumed on a new connection, since connect.
+    pub resumes: u64,
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
@@ -30,15 +59,17 @@ pub struct Conn {
 impl Conn {
     /// Connect and authenticate. Every wait is bounded by the config.
     pub fn connect(addr: SocketAddr, cfg: &ClientConfig) -> Result<Conn, ClientError> {
-        let stream = TcpStream::connect_timeout(&addr, cfg.connect_timeout)?;
-        stream.set_nodelay(true)?;
-        memlend_net::set_liveness(&stream, &memlend_net::Liveness::default())?;
-        stream.set_read_timeout(Some(cfg.io_timeout))?;
-        stream.set_write_timeout(Some(cfg.io_timeout))?;
+        let stream = Self::open_stream(addr, cfg)?;
         let mut conn = Conn {
             stream,
             peer: addr,
+            cfg: cfg.clone(),
             out: Vec::with_capacity(64 << 10),
+            head: 0,
+            sent: 0,
+            unacked: VecDeque::new(),
+            resumes_left: cfg.max_retries,
+            resumes: 0,
             rbuf: vec![0; RECV_BUF_BYTES],
             rstart: 0,
             rend: 0,
@@ -51,8 +82,85 @@ impl Conn {
             session_id: 0,
             lend_pages: 0,
         };
-        conn.handshake(cfg)?;
+        conn.handshake(0)?;
         Ok(conn)
+    }
+
+    fn open_stream(addr: SocketAddr, cfg: &ClientConfig) -> io::Result<TcpStream> {
+        let stream = TcpStream::connect_timeout(&addr, cfg.connect_timeout)?;
+        stream.set_nodelay(true)?;
+        memlend_net::set_liveness(&stream, &memlend_net::Liveness::default())?;
+        stream.set_read_timeout(Some(cfg.io_timeout))?;
+        stream.set_write_timeout(Some(cfg.io_timeout))?;
+        Ok(stream)
+    }
+
+    /// After `e` broke the connection: reconnect, resume the session and
+    /// send every unanswered request again. Gives `e` back when it is not a
+    /// transport failure or the attempts (`max_retries` since the last
+    /// reply) are used up.
+    pub fn recover(&mut self, e: ClientError) -> Result<(), ClientError> {
+        let mut last = e;
+        while last.is_transport() && self.resumes_left > 0 {
+            let attempt = self.cfg.max_retries - self.resumes_left;
+            self.resumes_left -= 1;
+            tracing::warn!(peer = %self.peer, error = %last, attempt, "connection lost; resuming the session");
+            std::thread::sleep(Duration::from_millis(10 << attempt.min(6)));
+            match self.resume() {
+                Ok(resumed) => {
+                    self.resumes += 1;
+                    let pending = self.unacked.len();
+                    tracing::info!(peer = %self.peer, resumed, pending, "session resumed");
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// A new connection in the same session, every unanswered request sent
+    /// again on it; returns the last request the donor had applied.
+    fn resume(&mut self) -> Result<u64, ClientError> {
+        self.stream = Self::open_stream(self.peer, &self.cfg)?;
+        (self.rstart, self.rend) = (0, 0);
+        let resumed = self.handshake(self.session_id)?;
+        self.resend()?;
+        Ok(resumed)
+    }
+
+    /// Write every unanswered frame again, in order.
+    fn resend(&mut self) -> io::Result<()> {
+        let mut start = self.head;
+        for f in &self.unacked {
+            if !f.acked {
+                self.stream.write_all(&self.out[start..f.end])?;
+            }
+            start = f.end;
+        }
+        self.sent = self.out.len();
+        Ok(())
+    }
+
+    /// Request `seq` was answered: drop it, and every answered frame before
+    /// it, from the send buffer.
+    fn ack(&mut self, seq: u64) {
+        if let Some(f) = self.unacked.iter_mut().find(|f| f.seq == seq) {
+            f.acked = true;
+            self.resumes_left = self.cfg.max_retries;
+        }
+        while self.unacked.front().is_some_and(|f| f.acked) {
+            self.head = self.unacked.pop_front().expect("front exists").end;
+        }
+        if self.unacked.is_empty() && self.sent == self.out.len() {
+            (self.head, self.sent) = (0, 0);
+            self.out.clear();
+        } else if self.head >= COMPACT_BYTES {
+            self.out.drain(..self.head);
+            self.unacked.iter_mut().for_each(|f| f.end -= self.head);
+            self.sent -= self.head;
+            self.head = 0;
+        }
     }
 
     /// A second handle on the socket, for tests that speak raw frames.
@@ -64,7 +172,10 @@ impl Conn {
         self.peer
     }
 
-    fn handshake(&mut self, cfg: &ClientConfig) -> Result<(), ClientError> {
+    /// HELLO .. WELCOME, for a new session (`resume == 0`) or to resume
+    /// one; returns the last request the session applied.
+    fn handshake(&mut self, resume: u64) -> Result<u64, ClientError> {
+        let cfg = self.cfg.clone();
         let mut client_nonce = [0u8; page::NONCE_LEN];
         getrandom::getrandom(&mut client_nonce).expect("the kernel's random source is available");
         let hello = Hello {
@@ -72,7 +183,7 @@ impl Conn {
             version_max: page::VERSION,
             borrower_id: cfg.borrower_id,
             client_nonce,
-            resume_session: 0,
+            resume_session: resume,
         };
         self.stream.write_all(&hello.encode())?;
         let mut buf = [0u8; Welcome::LEN];
@@ -87,7 +198,7 @@ impl Conn {
         }
         let id = &cfg.borrower_id;
         let mac = match (&cfg.key, ch.insecure) {
-            (Some(k), false) => page::client_mac(k, &client_nonce, &ch.server_nonce, id, 0),
+            (Some(k), false) => page::client_mac(k, &client_nonce, &ch.server_nonce, id, resume),
             _ => [0; page::MAC_LEN],
         };
         self.stream.write_all(&Auth { mac }.encode())?;
@@ -97,7 +208,8 @@ impl Conn {
             return Err(ClientError::Refused(w.status));
         }
         if let (Some(k), false) = (&cfg.key, ch.insecure) {
-            let expected = page::server_mac(k, &client_nonce, &ch.server_nonce, id, w.session_id);
+            let seqs = (w.session_id, w.resumed_seq);
+            let expected = page::server_mac(k, &client_nonce, &ch.server_nonce, id, seqs);
             if !page::verify_mac(&expected, &w.mac) {
                 return Err(ClientError::ServerAuth);
             }
@@ -107,9 +219,15 @@ impl Conn {
         }
         self.max_batch_pages = w.max_batch_pages.min(page::limits::MAX_BATCH_PAGES);
         self.max_inflight = w.max_inflight.min(page::limits::MAX_INFLIGHT);
+        if resume != 0 && w.session_id != resume {
+            return Err(ClientError::Protocol(format!(
+                "asked to resume {resume:#x}, got {:#x}",
+                w.session_id
+            )));
+        }
         self.session_id = w.session_id;
         self.lend_pages = w.lend_pages;
-        Ok(())
+        Ok(w.resumed_seq)
     }
 
     /// Read the rest of a WELCOME whose first `have` bytes are in `buf`.
@@ -138,14 +256,15 @@ impl Conn {
         for p in payload {
             self.out.extend_from_slice(p);
         }
+        self.unacked.push_back(Unacked { seq: h.seq, end: self.out.len(), acked: false });
         h.tag
     }
 
     /// Send everything queued, in one write where the kernel allows.
     pub fn send(&mut self) -> io::Result<()> {
-        if !self.out.is_empty() {
-            self.stream.write_all(&self.out)?;
-            self.out.clear();
+        if self.sent < self.out.len() {
+            self.stream.write_all(&self.out[self.sent..])?;
+            self.sent = self.out.len();
         }
         Ok(())
     }
@@ -153,6 +272,11 @@ impl Conn {
     /// The tag the next `queue` will use.
     pub fn next_tag(&self) -> u32 {
         self.next_tag
+    }
+
+    /// The sequence number the next `queue` will use.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
     }
 
     /// Receive one reply. `dest` says where its payload goes: a buffer of
@@ -173,6 +297,7 @@ impl Conn {
         }
         let len = h.payload_len as usize;
         if len == 0 {
+            self.ack(h.seq);
             return Ok(h);
         }
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -196,6 +321,7 @@ impl Conn {
         if !crc_ok {
             return Err(ClientError::Status(Status::BadPayloadCrc));
         }
+        self.ack(h.seq);
         Ok(h)
     }
 
@@ -210,16 +336,22 @@ impl Conn {
         &self.scratch
     }
 
-    /// Queue, send and receive one request (no pipelining).
+    /// Queue, send and receive one request (no pipelining), resuming the
+    /// session if the connection breaks meanwhile.
     pub fn call(
         &mut self,
         h: ReqHeader,
         payload: &[&[u8]],
-        dest: Option<&mut [u8]>,
+        mut dest: Option<&mut [u8]>,
     ) -> Result<RepHeader, ClientError> {
         let tag = self.queue(h, payload);
-        self.send()?;
-        let r = self.recv(|_| dest)?;
+        let r = loop {
+            let sent = self.send().map_err(ClientError::from);
+            match sent.and_then(|()| self.recv(|_| dest.as_deref_mut())) {
+                Ok(r) => break r,
+                Err(e) => self.recover(e)?,
+            }
+        };
         if r.tag != tag {
             return Err(ClientError::Protocol(format!("reply tag {} for request {tag}", r.tag)));
         }

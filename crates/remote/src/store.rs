@@ -7,7 +7,6 @@ use memlend_wire::page::{Opcode, ReqHeader, StatReply, Status};
 use parking_lot::{Condvar, Mutex};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 /// Bytes of write payload queued per connection before it must drain
 /// replies: bounds the client's buffer while keeping the pipe full.
@@ -65,7 +64,8 @@ impl RemoteStore {
         self.addr
     }
 
-    /// Connections replaced after a transport failure, since open.
+    /// Sessions resumed on a new connection after a transport failure,
+    /// since open.
     pub fn reconnects(&self) -> u64 {
         self.reconnects.load(Ordering::Relaxed)
     }
@@ -78,33 +78,27 @@ impl RemoteStore {
         })
     }
 
-    /// Run `f` on a connection of the pool; after a transport failure, retry
-    /// on a fresh connection (the slab belongs to our borrower id, so a new
-    /// connection reaches the same pages).
+    /// Run `f` on a connection of the pool. A connection that breaks
+    /// resumes its session by itself (`Conn::recover`), so a request is never
+    /// sent on a fresh session while an older copy of it may still be
+    /// applied; once it gives up, the error is the caller's.
     fn with_conn<T>(
         &self,
         what: &str,
         mut f: impl FnMut(&mut Conn) -> Result<T, ClientError>,
     ) -> StoreResult<T> {
-        let mut attempt = 0;
-        loop {
-            let mut conn = self.checkout().map_err(|e| e.into_store_error(what))?;
-            match f(&mut conn) {
-                Ok(v) => {
-                    self.checkin(Some(conn));
-                    return Ok(v);
-                }
-                Err(e) if e.is_transport() && attempt < self.cfg.max_retries => {
-                    tracing::warn!(addr = %self.addr, error = %e, attempt, "{what}: reconnecting");
-                    self.checkin(None);
-                    self.reconnects.fetch_add(1, Ordering::Relaxed);
-                    attempt += 1;
-                    std::thread::sleep(Duration::from_millis(10 << attempt));
-                }
-                Err(e) => {
-                    self.checkin((!e.is_transport()).then_some(conn));
-                    return Err(e.into_store_error(what));
-                }
+        let mut conn = self.checkout().map_err(|e| e.into_store_error(what))?;
+        let resumes_before = conn.resumes;
+        let result = f(&mut conn);
+        self.reconnects.fetch_add(conn.resumes - resumes_before, Ordering::Relaxed);
+        match result {
+            Ok(v) => {
+                self.checkin(Some(conn));
+                Ok(v)
+            }
+            Err(e) => {
+                self.checkin((!e.is_transport()).then_some(conn));
+                Err(e.into_store_error(what))
             }
         }
     }
@@ -181,17 +175,28 @@ fn run_pieces(conn: &mut Conn, slab: u32, pieces: &mut [Piece]) -> Result<(), Cl
                 inflight.push((queue_piece(conn, slab, &pieces[next]), next));
                 next += 1;
             }
-            conn.send()?;
+            if let Err(e) = conn.send() {
+                conn.recover(e.into())?;
+            }
         }
         let pieces_ref: &mut [Piece] = pieces;
         let flight = &inflight;
-        let r = conn.recv(move |h| {
+        let got = conn.recv(move |h| {
             let (_, idx) = flight.iter().find(|(t, _)| *t == h.tag)?;
             match &mut pieces_ref[*idx] {
                 Piece::Read { buf, .. } if h.status == Status::Ok => Some(&mut **buf),
                 _ => None,
             }
-        })?;
+        });
+        let r = match got {
+            Ok(r) => r,
+            // The unanswered requests went out again on the resumed
+            // session; their replies come as if nothing happened.
+            Err(e) => {
+                conn.recover(e)?;
+                continue;
+            }
+        };
         let Some(pos) = inflight.iter().position(|(t, _)| *t == r.tag) else {
             return Err(ClientError::Protocol(format!("reply for unknown tag {}", r.tag)));
         };

@@ -5,13 +5,16 @@
 //! hand-off costs ~10 µs here), and batching replies amortises the syscall
 //! over every request that arrived together.
 
+use super::handshake::Accepted;
 use super::ops::{serve_request, Outcome};
 use super::registry::{BorrowerId, Registry, Slab};
+use super::sessions::{changes_state, Done, Session};
 use super::stats::{ConnCounters, ServerStats};
 use super::PageServerConfig;
 use crate::out_buf::OutBuf;
 use memlend_net::recv_spinning;
-use memlend_wire::page::{limits, RepHeader, ReqHeader, FATAL_TAG, REQ_HEADER_LEN};
+use memlend_wire::page::{limits, Opcode, RepHeader, ReqHeader, Status};
+use memlend_wire::page::{FATAL_TAG, REP_HEADER_LEN, REQ_HEADER_LEN};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -30,6 +33,8 @@ pub struct Conn<'a> {
     pub stream: TcpStream,
     pub registry: &'a Registry,
     pub borrower: BorrowerId,
+    session: Arc<Session>,
+    epoch: u64,
     pub max_batch_pages: u32,
     spin: Duration,
     pub stats: &'a ServerStats,
@@ -48,20 +53,26 @@ pub enum ConnError {
     Io(#[from] io::Error),
     #[error("undecodable frame: {0}")]
     Frame(#[from] memlend_wire::page::FrameError),
+    #[error("the session was resumed on another connection")]
+    Superseded,
+    #[error("request seq {seq} skips ahead of the session's {applied}")]
+    BadSeq { seq: u64, applied: u64 },
 }
 
 impl<'a> Conn<'a> {
     pub fn new(
         stream: TcpStream,
         registry: &'a Registry,
-        borrower: BorrowerId,
+        accepted: Accepted,
         cfg: &PageServerConfig,
         stats: &'a ServerStats,
     ) -> Self {
         Conn {
             stream,
             registry,
-            borrower,
+            borrower: accepted.borrower_id,
+            session: accepted.session,
+            epoch: accepted.epoch,
             max_batch_pages: cfg.max_batch_pages,
             spin: cfg.spin_before_sleep,
             stats,
@@ -107,7 +118,7 @@ impl<'a> Conn<'a> {
                 return Ok(());
             }
             let payload_at = self.start + REQ_HEADER_LEN;
-            self.serve(&h, payload_at..self.start + frame_len);
+            self.serve(&h, payload_at..self.start + frame_len)?;
             self.start += frame_len;
             if self.out.len() >= OUT_FLUSH_BYTES {
                 self.flush()?;
@@ -115,7 +126,51 @@ impl<'a> Conn<'a> {
         }
     }
 
-    fn serve(&mut self, h: &ReqHeader, payload: std::ops::Range<usize>) {
+    /// Serve one request exactly once: see `sessions.rs`. The session's
+    /// lock is held across the store call, so a resume on another
+    /// connection waits for it and then fences this one off.
+    fn serve(&mut self, h: &ReqHeader, payload: std::ops::Range<usize>) -> Result<(), ConnError> {
+        if h.seq == 0 {
+            self.apply(h, payload);
+            return Ok(());
+        }
+        let session = Arc::clone(&self.session);
+        let mut p = session.lock();
+        if p.epoch() != self.epoch {
+            return Err(ConnError::Superseded);
+        }
+        let mutating = Opcode::from_wire(h.opcode).is_some_and(changes_state);
+        if h.seq <= p.applied_seq {
+            match (mutating, p.result(h.seq)) {
+                (false, _) => self.apply(h, payload),
+                (true, Some(d)) => self.replay(h, d),
+                (true, None) => {
+                    self.out.extend(&RepHeader::status(Status::BadSeq, h.tag, h.seq).encode())
+                }
+            }
+            return Ok(());
+        }
+        if h.seq != p.applied_seq + 1 {
+            let reply = RepHeader::status(Status::BadSeq, FATAL_TAG, h.seq);
+            self.out.extend(&reply.encode());
+            return Err(ConnError::BadSeq { seq: h.seq, applied: p.applied_seq });
+        }
+        let at = self.out.len();
+        self.apply(h, payload);
+        let sent = RepHeader::decode(&self.out.as_slice()[at..at + REP_HEADER_LEN])
+            .expect("a reply this server just encoded");
+        p.record(Done { seq: h.seq, status: sent.status, value: sent.value });
+        Ok(())
+    }
+
+    /// Answer a replayed request with the result it had.
+    fn replay(&mut self, h: &ReqHeader, d: Done) {
+        let reply = RepHeader { value: d.value, ..RepHeader::status(d.status, h.tag, h.seq) };
+        self.out.extend(&reply.encode());
+        self.counters.replays += 1;
+    }
+
+    fn apply(&mut self, h: &ReqHeader, payload: std::ops::Range<usize>) {
         let slab = self.slab(h.slab);
         let payload = &self.inb[payload];
         let ctx = super::ops::Ctx {

@@ -1,12 +1,17 @@
 //! The server's side of HELLO / CHALLENGE / AUTH / WELCOME.
 
+use super::sessions::{ResumeError, Session, Sessions};
 use memlend_wire::page::{self, Auth, Challenge, Hello, Key, Status, Welcome};
 use std::io::{self, Read, Write};
+use std::sync::Arc;
 
-/// What a successful handshake establishes for the connection.
-pub struct Session {
+/// What a successful handshake establishes for the connection: its session
+/// (new or resumed) and the epoch that this connection holds it in.
+pub struct Accepted {
     pub borrower_id: [u8; 16],
-    pub session_id: u64,
+    pub session: Arc<Session>,
+    pub epoch: u64,
+    pub resumed_seq: u64,
 }
 
 /// Limits the server announces in WELCOME.
@@ -29,6 +34,8 @@ pub enum HandshakeError {
     Version { min: u16, max: u16 },
     #[error("wrong cluster key (authentication failed)")]
     AuthFailed,
+    #[error("cannot resume session {id:#x}: {why}")]
+    Resume { id: u64, why: ResumeError },
 }
 
 fn random<const N: usize>() -> [u8; N] {
@@ -43,7 +50,8 @@ pub fn accept<S: Read + Write>(
     stream: &mut S,
     key: Option<&Key>,
     offer: &Offer,
-) -> Result<Session, HandshakeError> {
+    sessions: &Sessions,
+) -> Result<Accepted, HandshakeError> {
     let mut buf = [0u8; Hello::LEN];
     let mut first = [0u8; 1];
     if stream.read(&mut first)? == 0 {
@@ -72,18 +80,38 @@ pub fn accept<S: Read + Write>(
             return Err(HandshakeError::AuthFailed);
         }
     }
-    let session_id = u64::from_le_bytes(random::<8>()) | 1;
+    let resume = hello.resume_session;
+    let taken = match resume {
+        0 => sessions.create(u64::from_le_bytes(random::<8>()) | 1, id).map(|(s, e)| (s, e, 0)),
+        _ => sessions.resume(resume, id),
+    };
+    let (session, epoch, resumed_seq) = match taken {
+        Ok(t) => t,
+        Err(why) => {
+            let status = match why {
+                ResumeError::Unknown => Status::NoSession,
+                ResumeError::Full => Status::TooManyConnections,
+            };
+            stream.write_all(&Welcome::refused(status).encode())?;
+            return Err(HandshakeError::Resume { id: resume, why });
+        }
+    };
+    let seqs = (session.id, resumed_seq);
     let mac = key.map_or([0; page::MAC_LEN], |k| {
-        page::server_mac(k, &hello.client_nonce, &server_nonce, &id, session_id)
+        page::server_mac(k, &hello.client_nonce, &server_nonce, &id, seqs)
     });
     let welcome = Welcome {
         status: Status::Ok,
         mac,
         max_batch_pages: offer.max_batch_pages,
         max_inflight: offer.max_inflight,
-        session_id,
+        session_id: session.id,
         lend_pages: offer.lend_pages,
+        resumed_seq,
     };
-    stream.write_all(&welcome.encode())?;
-    Ok(Session { borrower_id: id, session_id })
+    if let Err(e) = stream.write_all(&welcome.encode()) {
+        session.detach(epoch);
+        return Err(e.into());
+    }
+    Ok(Accepted { borrower_id: id, session, epoch, resumed_seq })
 }

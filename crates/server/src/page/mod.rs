@@ -9,6 +9,7 @@ mod conn;
 mod handshake;
 mod ops;
 mod registry;
+mod sessions;
 mod stats;
 
 pub use registry::{BorrowerId, Registry, SlabFactory};
@@ -58,15 +59,22 @@ impl Default for PageServerConfig {
 pub struct PageServer {
     cfg: PageServerConfig,
     registry: Registry,
+    sessions: sessions::Sessions,
     stats: ServerStats,
 }
+
+/// Sessions kept per connection slot: room for every connection's session
+/// plus as many waiting to be resumed.
+const SESSIONS_PER_CONNECTION: usize = 2;
 
 impl PageServer {
     pub fn new(cfg: PageServerConfig, registry: Registry) -> Arc<Self> {
         assert!(cfg.max_batch_pages >= 1 && cfg.max_batch_pages <= limits::MAX_BATCH_PAGES);
         assert!(cfg.max_inflight >= 1 && cfg.max_inflight <= limits::MAX_INFLIGHT);
         assert!(cfg.spin_before_sleep <= Duration::from_millis(10), "a longer spin burns a core");
-        Arc::new(PageServer { cfg, registry, stats: ServerStats::default() })
+        let max_sessions = cfg.max_connections * SESSIONS_PER_CONNECTION;
+        let sessions = sessions::Sessions::new(max_sessions, cfg.max_inflight as usize);
+        Arc::new(PageServer { cfg, registry, sessions, stats: ServerStats::default() })
     }
 
     pub fn stats(&self) -> &ServerStats {
@@ -85,6 +93,7 @@ impl PageServer {
             thread::Builder::new().name("page-janitor".into()).spawn(move || {
                 while !shutdown.is_stopping() {
                     me.registry.reap_orphans(me.cfg.orphan_grace);
+                    me.sessions.reap(me.cfg.orphan_grace);
                     thread::sleep(Duration::from_millis(200));
                 }
             })?
@@ -106,7 +115,8 @@ impl PageServer {
             lend_pages: self.registry.lend_pages(),
         };
         let _ = stream.set_read_timeout(Some(self.cfg.handshake_timeout));
-        let session = match handshake::accept(&mut stream, self.cfg.key.as_ref(), &offer) {
+        let key = self.cfg.key.as_ref();
+        let session = match handshake::accept(&mut stream, key, &offer, &self.sessions) {
             Ok(s) => s,
             // A peer that connects and closes without a word is a probe
             // (a health check, a port scan): not worth a warning.
@@ -122,13 +132,16 @@ impl PageServer {
         };
         let _ = stream.set_read_timeout(None);
         let id = session.borrower_id;
-        tracing::debug!(%peer, session = session.session_id, "borrower connected");
+        let (sid, resumed) = (session.session.id, session.resumed_seq);
+        tracing::debug!(%peer, session = sid, resumed, "borrower connected");
         self.registry.attach(id);
-        let mut conn = conn::Conn::new(stream, &self.registry, id, &self.cfg, &self.stats);
+        let (epoch, sess) = (session.epoch, Arc::clone(&session.session));
+        let mut conn = conn::Conn::new(stream, &self.registry, session, &self.cfg, &self.stats);
         match conn.run() {
             Ok(()) => tracing::debug!(%peer, "borrower disconnected"),
             Err(e) => tracing::warn!(%peer, reason = %e, "connection closed"),
         }
+        sess.detach(epoch);
         self.registry.detach(id);
     }
 }

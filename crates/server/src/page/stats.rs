@@ -13,6 +13,9 @@ pub struct ServerStats {
     pub pages_written: AtomicU64,
     pub connections_total: AtomicU64,
     pub handshakes_failed: AtomicU64,
+    /// Requests answered from a session's window after a resume, not
+    /// applied again.
+    pub replays: AtomicU64,
 }
 
 #[derive(Default)]
@@ -21,6 +24,7 @@ pub struct ConnCounters {
     errors: u64,
     pages_read: u64,
     pages_written: u64,
+    pub replays: u64,
 }
 
 impl ConnCounters {
@@ -39,9 +43,10 @@ impl ConnCounters {
 
 impl ServerStats {
     pub fn publish(&self, c: &mut ConnCounters) {
-        if c.requests == 0 {
+        if c.requests == 0 && c.replays == 0 {
             return;
         }
+        self.replays.fetch_add(c.replays, Relaxed);
         self.requests.fetch_add(c.requests, Relaxed);
         self.errors.fetch_add(c.errors, Relaxed);
         self.pages_read.fetch_add(c.pages_read, Relaxed);

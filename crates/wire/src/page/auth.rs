@@ -72,16 +72,17 @@ pub fn client_mac(
     key.mac(b"memlend/v1/client", &[client_nonce, server_nonce, borrower_id, &session])
 }
 
-/// The MAC a server sends in WELCOME.
+/// The MAC a server sends in WELCOME; it covers the resumed sequence
+/// number too, so nobody on the path can make a client skip requests.
 pub fn server_mac(
     key: &Key,
     client_nonce: &[u8; NONCE_LEN],
     server_nonce: &[u8; NONCE_LEN],
     borrower_id: &[u8; 16],
-    session_id: u64,
+    (session_id, resumed_seq): (u64, u64),
 ) -> [u8; MAC_LEN] {
-    let session = session_id.to_le_bytes();
-    key.mac(b"memlend/v1/server", &[server_nonce, client_nonce, borrower_id, &session])
+    let (session, resumed) = (session_id.to_le_bytes(), resumed_seq.to_le_bytes());
+    key.mac(b"memlend/v1/server", &[server_nonce, client_nonce, borrower_id, &session, &resumed])
 }
 
 /// Constant-time comparison, so timing does not leak how much of a forged
@@ -100,7 +101,7 @@ mod tests {
         let (cn, sn, id) = ([1; 32], [2; 32], [3; 16]);
         let c = client_mac(&k, &cn, &sn, &id, 0);
         assert!(verify_mac(&c, &client_mac(&k, &cn, &sn, &id, 0)));
-        assert!(!verify_mac(&c, &server_mac(&k, &cn, &sn, &id, 0)));
+        assert!(!verify_mac(&c, &server_mac(&k, &cn, &sn, &id, (0, 0))));
         assert!(!verify_mac(&c, &client_mac(&k, &sn, &cn, &id, 0)));
         assert!(!verify_mac(&c, &client_mac(&Key::from_bytes([8; 32]), &cn, &sn, &id, 0)));
         assert!(!verify_mac(&c, &client_mac(&k, &cn, &sn, &[4; 16], 0)));

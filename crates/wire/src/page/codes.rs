@@ -52,6 +52,11 @@ pub enum Status: u16 {
     TooManyConnections = 15,
     ShuttingDown = 16,
     BadFlags = 17,
+    /// A resume named a session the donor does not have (expired, or the
+    /// donor restarted).
+    NoSession = 18,
+    /// A request's sequence number skipped ahead of its session.
+    BadSeq = 19,
     /// A status number this build does not know (from a newer peer).
     Unknown = 0xffff,
 }

@@ -128,8 +128,9 @@ impl Auth {
     }
 }
 
-/// Server → client, 72 bytes: the verdict, the server's proof of the key,
-/// and the limits the client must respect on this connection.
+/// Server → client, 80 bytes: the verdict, the server's proof of the key,
+/// the limits the client must respect on this connection, and, on a resumed
+/// session, the last request the session applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Welcome {
     pub status: Status,
@@ -139,10 +140,13 @@ pub struct Welcome {
     pub session_id: u64,
     /// Pages this donor lends in all (a hint for the client's placement).
     pub lend_pages: u64,
+    /// On a resume: the session's last applied sequence number (0 on a new
+    /// session). The client sends again every request it has no reply for.
+    pub resumed_seq: u64,
 }
 
 impl Welcome {
-    pub const LEN: usize = 72;
+    pub const LEN: usize = 80;
     const MAGIC: &'static [u8; 8] = b"MLNDWELC";
 
     pub fn refused(status: Status) -> Self {
@@ -153,6 +157,7 @@ impl Welcome {
             max_inflight: 0,
             session_id: 0,
             lend_pages: 0,
+            resumed_seq: 0,
         }
     }
 
@@ -165,6 +170,7 @@ impl Welcome {
         b[52..56].copy_from_slice(&self.max_inflight.to_le_bytes());
         b[56..64].copy_from_slice(&self.session_id.to_le_bytes());
         b[64..72].copy_from_slice(&self.lend_pages.to_le_bytes());
+        b[72..80].copy_from_slice(&self.resumed_seq.to_le_bytes());
         b
     }
 
@@ -177,6 +183,7 @@ impl Welcome {
             max_inflight: le_u32(b, 52),
             session_id: le_u64(b, 56),
             lend_pages: le_u64(b, 64),
+            resumed_seq: le_u64(b, 72),
         })
     }
 }
@@ -200,15 +207,15 @@ mod tests {
         }
 
         #[test]
-        fn auth_and_welcome_round_trip(mac: [u8; 32], batch: u32, inflight: u32, session: u64, lend: u64) {
+        fn auth_and_welcome_round_trip(mac: [u8; 32], batch: u32, inflight: u32, session: u64, lend: u64, resumed: u64) {
             let a = Auth { mac };
             prop_assert_eq!(Auth::decode(&a.encode()).unwrap(), a);
-            let w = Welcome { status: Status::Ok, mac, max_batch_pages: batch, max_inflight: inflight, session_id: session, lend_pages: lend };
+            let w = Welcome { status: Status::Ok, mac, max_batch_pages: batch, max_inflight: inflight, session_id: session, lend_pages: lend, resumed_seq: resumed };
             prop_assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
         }
 
         #[test]
-        fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..80)) {
+        fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..96)) {
             let _ = Hello::decode(&b);
             let _ = Challenge::decode(&b);
             let _ = Auth::decode(&b);
