@@ -39,7 +39,8 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.0.id().to_string()]).status();
+        let pid = self.0.id().to_string();
+        let _ = Command::new("kill").args(["-CONT", &pid]).stderr(Stdio::null()).status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -113,17 +114,27 @@ impl Cluster {
     }
 }
 
+/// Its stdout lines, and its stderr lines behind `STDERR` (so that a
+/// failure shows the reason).
 fn spawn_lines(mut cmd: Command) -> (Proc, Receiver<String>) {
-    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
-    let out = child.stdout.take().unwrap();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let (tx, rx) = channel();
+    let tx2 = tx.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
             let _ = tx.send(line);
         }
     });
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx2.send(format!("{STDERR}{line}"));
+        }
+    });
     (Proc(child), rx)
 }
+
+const STDERR: &str = "stderr: ";
 
 /// Lines until one contains `what` (which is returned with those before).
 fn wait_line(rx: &Receiver<String>, what: &str, seen: &mut Vec<String>) {
@@ -157,14 +168,14 @@ fn finish(mut far: Proc, rx: &Receiver<String>, mut seen: Vec<String>) -> Outcom
     assert!(status.success(), "memlend far failed ({status}):\n{all}");
     // The number just before `key` on the line that has `line_key`.
     let number = |line_key: &str, key: &str| -> u64 {
-        let line = seen.iter().find(|l| l.contains(line_key));
+        let line = seen.iter().find(|l| !l.starts_with(STDERR) && l.contains(line_key));
         let line = line.unwrap_or_else(|| panic!("{line_key}: {all}"));
         let before = line[..line.find(key).unwrap()].trim_end();
         let digits = before.rsplit(|c: char| !c.is_ascii_digit()).next().unwrap();
         digits.parse().unwrap_or_else(|_| panic!("no number before {key:?} in {line:?}"))
     };
     let num = |key: &str| number(key, key);
-    let pause_line = seen.iter().find(|l| l.contains("longest touch")).expect("pause line");
+    let pause_line = seen.iter().find(|l| l.starts_with("  longest touch")).expect("pause line");
     let pause_ms = pause_line.split_whitespace().rev().nth(1).unwrap().parse().unwrap();
     Outcome {
         pause_ms,

@@ -69,6 +69,11 @@ pub struct Args {
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub spin_us: u64,
 
+    /// Most memory one borrower may hold here (default: all of --lend), so
+    /// that one borrower cannot starve the others.
+    #[arg(long, value_parser = memlend_node::size::parse_pages, value_name = "SIZE")]
+    pub max_per_borrower: Option<u64>,
+
     /// Seconds a borrower's slabs survive after its last connection drops.
     #[arg(long, default_value_t = 60)]
     pub orphan_grace_s: u64,

@@ -45,6 +45,10 @@ pub fn run(args: Args) -> Result<()> {
         true => Registry::leased(slab_pages, factory),
         false => Registry::new(slab_pages, factory),
     };
+    let registry = match args.max_per_borrower {
+        Some(cap) => registry.with_borrower_cap(cap),
+        None => registry,
+    };
     let cfg = PageServerConfig {
         key: key.clone(),
         max_connections: args.max_connections,

@@ -112,10 +112,16 @@ fn mirror(p: &Placement, spares: &Arc<Spares>, k: usize, pages: u64) -> Result<M
     Ok(Mirror::new(vec![a, b], pages, opts, Some(spare))?)
 }
 
+/// A connection to a leg's donor may take this long: over one SYN
+/// retransmission (1 s), so that one lost packet does not drop a copy.
+const LEG_CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Attempts to open a leg's slab; a lossy network may eat a handshake.
+const OPEN_ATTEMPTS: u32 = 3;
+
 /// A redundant leg gives up quickly: the other copy is there.
 fn leg_config(mut cfg: ClientConfig) -> ClientConfig {
     cfg.io_timeout = LEG_IO_TIMEOUT;
-    cfg.connect_timeout = LEG_IO_TIMEOUT;
+    cfg.connect_timeout = LEG_CONNECT_TIMEOUT;
     cfg.max_retries = 0;
     cfg
 }
@@ -133,10 +139,20 @@ struct Spares {
 
 impl Spares {
     fn slab(&self, addr: SocketAddr, pages: u64) -> Result<Arc<dyn PageStore>> {
-        let store = RemoteStore::open(addr, self.cfg.clone(), pages).with_context(|| {
-            format!("cannot open {} on donor {addr}", crate::human_pages(pages))
-        })?;
-        Ok(Arc::new(store))
+        let mut attempt = 1;
+        loop {
+            match RemoteStore::open(addr, self.cfg.clone(), pages) {
+                Ok(store) => return Ok(Arc::new(store)),
+                Err(e) if e.is_transport() && attempt < OPEN_ATTEMPTS => {
+                    tracing::warn!(%addr, error = %e, attempt, "opening a copy failed; again");
+                    attempt += 1;
+                }
+                Err(e) => {
+                    let size = crate::human_pages(pages);
+                    return Err(e).with_context(|| format!("cannot open {size} on donor {addr}"));
+                }
+            }
+        }
     }
 
     fn ssd_file(&self, pages: u64) -> Result<Arc<dyn PageStore>> {

@@ -48,6 +48,9 @@ impl Borrower {
 
 pub struct Registry {
     lend_pages: u64,
+    /// Most pages one borrower may hold, so one cannot take a whole donor
+    /// from the others.
+    borrower_cap_pages: u64,
     factory: SlabFactory,
     inner: Mutex<Inner>,
 }
@@ -71,14 +74,22 @@ pub struct Usage {
 
 impl Registry {
     pub fn new(lend_pages: u64, factory: SlabFactory) -> Self {
-        Registry { lend_pages, factory, inner: Mutex::new(Inner::default()) }
+        let borrower_cap_pages = u64::MAX;
+        Registry { lend_pages, borrower_cap_pages, factory, inner: Mutex::new(Inner::default()) }
+    }
+
+    /// Limit every borrower to `pages` in all.
+    pub fn with_borrower_cap(mut self, pages: u64) -> Self {
+        self.borrower_cap_pages = pages;
+        self
     }
 
     /// A registry where only leased credentials may open slabs (the control
     /// plane grants and revokes them); `lend_pages` caps the sum.
     pub fn leased(lend_pages: u64, factory: SlabFactory) -> Self {
         let inner = Inner { leases: Some(HashMap::new()), ..Inner::default() };
-        Registry { lend_pages, factory, inner: Mutex::new(inner) }
+        let borrower_cap_pages = u64::MAX;
+        Registry { lend_pages, borrower_cap_pages, factory, inner: Mutex::new(inner) }
     }
 
     /// Let `id` open slabs of up to `pages` in all (lease mode only).
@@ -150,6 +161,11 @@ impl Registry {
                 lease_pages = leased,
                 "slab refused: beyond the borrower's lease"
             );
+            return Err(Status::NoSpace);
+        }
+        if b.pages() + pages > self.borrower_cap_pages {
+            let cap_pages = self.borrower_cap_pages;
+            tracing::warn!(pages, cap_pages, "slab refused: beyond the per-borrower cap");
             return Err(Status::NoSpace);
         }
         if b.slabs.len() >= limits::MAX_SLABS_PER_BORROWER as usize {
@@ -262,6 +278,16 @@ mod tests {
         assert_eq!(r.close([1; 16], b), Err(Status::NoSuchSlab), "another borrower's slab");
         assert!(r.get([1; 16], b).is_none());
         assert!(r.get([2; 16], b).is_some());
+    }
+
+    #[test]
+    fn one_borrower_cannot_take_more_than_its_cap() {
+        let r = registry(100).with_borrower_cap(30);
+        r.open([1; 16], 20).unwrap();
+        assert_eq!(r.open([1; 16], 11), Err(Status::NoSpace));
+        r.open([1; 16], 10).unwrap();
+        r.open([2; 16], 30).unwrap();
+        assert_eq!(r.usage([3; 16]).free_pages, 40, "the others still have room");
     }
 
     #[test]

@@ -95,6 +95,15 @@ pub enum ResumeError {
     Full,
 }
 
+/// Make room by forgetting the session detached longest ago, so that
+/// clients that connect and leave (probes, short tools) cannot fill the
+/// table and lock others out. False if every session has a connection.
+fn evict_oldest_detached(map: &mut HashMap<u64, Arc<Session>>) -> bool {
+    let oldest =
+        map.iter().filter_map(|(id, s)| s.progress.lock().detached_at.map(|t| (t, *id))).min();
+    oldest.is_some_and(|(_, id)| map.remove(&id).is_some())
+}
+
 /// Every live session of the server, bounded.
 pub struct Sessions {
     map: Mutex<HashMap<u64, Arc<Session>>>,
@@ -115,7 +124,7 @@ impl Sessions {
         borrower: BorrowerId,
     ) -> Result<(Arc<Session>, u64), ResumeError> {
         let mut map = self.map.lock();
-        if map.len() >= self.max_sessions {
+        if map.len() >= self.max_sessions && !evict_oldest_detached(&mut map) {
             return Err(ResumeError::Full);
         }
         let none = Done { seq: 0, status: Status::Ok, value: 0 };
@@ -194,8 +203,13 @@ mod tests {
     #[test]
     fn another_borrower_cannot_resume_and_the_table_is_bounded() {
         let table = Sessions::new(1, 8);
-        table.create(7, [1u8; 16]).unwrap();
+        let (s, epoch) = table.create(7, [1u8; 16]).unwrap();
         assert_eq!(table.resume(7, [2u8; 16]).err(), Some(ResumeError::Unknown));
         assert_eq!(table.create(8, [1u8; 16]).err(), Some(ResumeError::Full));
+        // A detached session makes room for a new one.
+        s.detach(epoch);
+        table.create(9, [3u8; 16]).unwrap();
+        assert_eq!(table.resume(7, [1u8; 16]).err(), Some(ResumeError::Unknown));
+        assert_eq!(table.len(), 1);
     }
 }
