@@ -292,7 +292,7 @@ class Region:
             )
 
     def placement(self):
-        """Where the pages go: "donor 10.0.0.2:7070", "file /var/tmp/... (unlinked)"."""
+        """Where the pages go: "donor 10.0.0.2:7070, encrypted", "file /var/tmp/... (unlinked)"."""
         self._check_open()
         buf = ctypes.create_string_buffer(512)
         rc = _lib.memlend_region_placement(self._mapping.handle, buf, len(buf))

@@ -99,7 +99,7 @@ class NumpyOnFarMemory(Base):
     @unittest.skipUnless(DONOR, "MEMLEND_TEST_DONOR is not set")
     def test_array_four_times_the_budget_on_a_donor(self):
         with memlend.Region(32 * MiB, 8 * MiB, donors=[DONOR], insecure=True) as r:
-            self.assertEqual(r.placement(), f"donor {DONOR}")
+            self.assertEqual(r.placement(), f"donor {DONOR}, encrypted")
             self.fill_sum_and_shuffle(r, 8 * MiB)
 
     def test_threads_fault_at_once(self):

@@ -69,6 +69,7 @@ fn placement(a: &FarArgs) -> Placement {
             key: a.donor.key.clone(),
             insecure: a.donor.insecure,
             no_encrypt: a.no_encrypt,
+            redundancy: a.redundancy,
             ..Placement::default()
         };
     }

@@ -121,6 +121,10 @@ fn pair(dir: &Path, donor_extra: &[&str]) -> (Node, Node) {
 }
 
 fn far(api: &Path, size: &str, hold_s: u64) -> Child {
+    far_with(api, size, hold_s, &[])
+}
+
+fn far_with(api: &Path, size: &str, hold_s: u64, extra: &[&str]) -> Child {
     Command::new(MEMLEND)
         .args([
             "far",
@@ -134,6 +138,7 @@ fn far(api: &Path, size: &str, hold_s: u64) -> Child {
             "--pool",
         ])
         .arg(api)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -202,6 +207,64 @@ fn a_reclaim_moves_a_running_programs_pages_home_with_none_lost() {
     assert!(text.contains("0 of 32768 pages differ"), "{text}");
     assert_eq!(borrower.field("borrowed_bytes"), 0);
     let _ = hog.0.kill();
+}
+
+/// The donor reclaims while the borrower is stopped (SIGSTOP), so the
+/// deadline passes and the lease is revoked with the pages still on it. With
+/// `--redundancy ssd` every page also has a copy at home: the program, once
+/// continued, reads them from there, none lost.
+#[test]
+fn a_reclaim_past_its_deadline_loses_nothing_with_an_ssd_copy() {
+    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        eprintln!("skipped: needs root and a cgroup v1 memory controller");
+        return;
+    }
+    let cg =
+        PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-late-{}", std::process::id()));
+    std::fs::create_dir_all(&cg).unwrap();
+    let _rm = RmCgroup(cg.clone());
+    std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let extra = ["--memory", cg.to_str().unwrap(), "--reclaim-deadline-ms", "1000"];
+    let (donor, borrower) = pair(dir.path(), &extra);
+    let ssd = dir.path().to_str().unwrap();
+    let job = far_with(&borrower.api, "128M", 15, &["--redundancy", "ssd", "--ssd", ssd]);
+    let pid = job.id().to_string();
+    wait("the lease", 20, || donor.field("lent_bytes") >= 128 << 20);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let job = ContinueOnDrop(Some(job));
+    let script = format!("echo $$ > {}/cgroup.procs; exec python3 -c 'import time; b=bytearray(700<<20); time.sleep(60)'", cg.display());
+    let mut hog = KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
+    wait("the donor to revoke the lease", 40, || donor.field("lent_bytes") == 0);
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    let text = finish(job.take());
+    assert!(text.contains("0 of 32768 pages differ"), "{text}");
+    assert!(text.contains("1 legs failed") && text.contains(" 0 pages lost"), "{text}");
+    let summary: Vec<&str> =
+        text.lines().filter(|l| l.contains("copies:") || l.contains("reclaim")).collect();
+    println!("chaos: reclaim past its deadline:\n{}", summary.join("\n"));
+    let _ = hog.0.kill();
+}
+
+/// A stopped child is continued before it is dropped, so that nothing is
+/// left stopped if the test fails.
+struct ContinueOnDrop(Option<Child>);
+
+impl ContinueOnDrop {
+    fn take(mut self) -> Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for ContinueOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// Two donors: when the first reclaims, the pages move to the other donor

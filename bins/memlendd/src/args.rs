@@ -133,6 +133,12 @@ pub struct ClusterArgs {
     #[arg(long, default_value = "first", value_name = "POLICY")]
     pub selector: String,
 
+    /// A borrower has this long to move a reclaimed lease's pages away
+    /// before this donor revokes the lease.
+    #[arg(long, default_value_t = 30_000, value_name = "MS",
+          value_parser = clap::value_parser!(u32).range(100..=600_000))]
+    pub reclaim_deadline_ms: u32,
+
     /// Write what the node does (a sample a second, every control message)
     /// to this file, one JSON object per line.
     #[arg(long, value_name = "FILE")]

@@ -93,11 +93,14 @@ impl Placement {
         if pages == Some(0) {
             bail!("a far-memory store needs at least one page");
         }
-        if self.redundancy != Redundancy::None {
-            if self.pool.is_some() || self.donors.is_empty() {
-                bail!("--redundancy {} needs donors named with --donor", self.redundancy);
+        if self.redundancy != Redundancy::None && self.pool.is_none() {
+            if self.donors.is_empty() {
+                bail!("--redundancy {} needs donors (--donor) or --pool", self.redundancy);
             }
             return redundant::open(self, pages);
+        }
+        if self.redundancy == Redundancy::Mirror && self.pool.is_some() {
+            bail!("--pool takes --redundancy ssd; mirroring leases on two donors is not built yet");
         }
         if let Some(api) = &self.pool {
             if !self.donors.is_empty() {

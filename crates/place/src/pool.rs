@@ -4,12 +4,12 @@
 //! donor reclaims it the pages move (to another lease, or home) while the
 //! program runs; `reclaim.rs` does that on its own thread.
 
-use crate::{Opened, Placement};
+use crate::{Opened, Placement, Redundancy};
 use anyhow::{bail, Context, Result};
 use memlend_pool::api::{self, Ask, Client, LeaseGrant, Tell};
 use memlend_remote::{ClientConfig, RemoteStore};
 use memlend_store::layer::relocate::Relocatable;
-use memlend_store::layer::{Concat, Stats};
+use memlend_store::layer::{Concat, Mirror, MirrorOptions, Stats};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,20 +39,53 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
             crate::human_pages(pages)
         );
     }
-    let cfg = crate::donors::client_config(p)?;
+    let backed = p.redundancy == Redundancy::Ssd;
+    let mut cfg = crate::donors::client_config(p)?;
+    if backed {
+        // A lease with a copy at home fails over instead of waiting.
+        cfg = crate::redundant::leg_config(cfg);
+    }
     let mut members = Vec::new();
     for g in &grants {
         let store = open_lease(g, &cfg)?;
         members.push(member(Some((g.donor, g.lease)), &g.donor_name, store));
     }
-    let stores: Vec<Arc<dyn PageStore>> =
-        members.iter().map(|m| Arc::clone(&m.stats) as Arc<dyn PageStore>).collect();
+    let mut mirrors = Vec::new();
+    let mut stores: Vec<Arc<dyn PageStore>> = Vec::new();
+    for m in &members {
+        let lease = Arc::clone(&m.stats) as Arc<dyn PageStore>;
+        if !backed {
+            stores.push(lease);
+            continue;
+        }
+        let mirror = Arc::new(backed_by_ssd(p, lease, &m.donor_name, m.pages)?);
+        stores.push(Arc::clone(&mirror) as Arc<dyn PageStore>);
+        mirrors.push(mirror);
+    }
     let store = Concat::new(stores)?;
     let names: Vec<&str> = grants.iter().map(|g| g.donor_name.as_str()).collect();
-    let describe = format!("{} lease(s) from {}", grants.len(), names.join(", "));
+    let mut describe = format!("{} lease(s) from {}", grants.len(), names.join(", "));
+    if backed {
+        describe.push_str(", each backed by an SSD file");
+    }
     let home = p.ssd.clone();
-    crate::reclaim::spawn(client, members, cfg, home)?;
-    Ok(Opened { store: Arc::new(store), pages, describe, mirrors: Vec::new() })
+    crate::reclaim::spawn(client, members, cfg, home, backed)?;
+    Ok(Opened { store: Arc::new(store), pages, describe, mirrors })
+}
+
+/// A lease with a write-through copy on the local SSD, read only when the
+/// lease fails: its donor crashed, or it reclaimed the lease and revoked it
+/// before the pages could move (a borrower too slow for the deadline).
+fn backed_by_ssd(
+    p: &Placement,
+    lease: Arc<dyn PageStore>,
+    donor: &str,
+    pages: u64,
+) -> Result<Mirror> {
+    let dir = p.ssd.clone().unwrap_or_else(crate::default_ssd_dir);
+    let file = crate::ssd::open(&dir, Some(pages))?.store;
+    let legs = vec![(lease, donor.to_string()), (file, "ssd".to_string())];
+    Ok(Mirror::new(legs, pages, MirrorOptions::default(), None)?)
 }
 
 pub fn member(lease: Option<(u64, u64)>, donor_name: &str, store: Arc<dyn PageStore>) -> Member {

@@ -28,6 +28,8 @@ struct Ear {
     home: Option<PathBuf>,
     pending: VecDeque<Tell>,
     last_pages: Vec<u64>,
+    /// Every lease has a copy on the local SSD (`--redundancy ssd`).
+    backed: bool,
 }
 
 pub fn spawn(
@@ -35,9 +37,11 @@ pub fn spawn(
     members: Vec<Member>,
     cfg: ClientConfig,
     home: Option<PathBuf>,
+    backed: bool,
 ) -> Result<()> {
     let last_pages = vec![0; members.len()];
-    let ear = Ear { client, members, cfg, home, pending: VecDeque::new(), last_pages };
+    let pending = VecDeque::new();
+    let ear = Ear { client, members, cfg, home, pending, last_pages, backed };
     // The name keeps the preload shim out of this thread's allocations.
     std::thread::Builder::new().name("memlend-pool".into()).spawn(move || ear.run())?;
     Ok(())
@@ -69,6 +73,9 @@ impl Ear {
             match tell {
                 Some(Tell::Reclaim { donor, lease, deadline_ms }) => {
                     self.reclaim(donor, lease, deadline_ms)
+                }
+                Some(Tell::Lost { donor, lease, why }) if self.backed => {
+                    tracing::warn!(donor, lease, %why, "a lease was lost: its pages are read from their SSD copy");
                 }
                 Some(Tell::Lost { donor, lease, why }) => {
                     tracing::error!(donor, lease, %why, "a lease was lost: its pages can no longer be read");
@@ -200,6 +207,9 @@ impl Ear {
     }
 }
 
+/// Nothing came, and the daemon is still there. A read with a timeout is
+/// not restarted after the process was stopped and continued: EINTR.
 fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
+    matches!(e.kind(), WouldBlock | TimedOut | Interrupted)
 }

@@ -119,7 +119,7 @@ const LEG_CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
 const OPEN_ATTEMPTS: u32 = 3;
 
 /// A redundant leg gives up quickly: the other copy is there.
-fn leg_config(mut cfg: ClientConfig) -> ClientConfig {
+pub(crate) fn leg_config(mut cfg: ClientConfig) -> ClientConfig {
     cfg.io_timeout = LEG_IO_TIMEOUT;
     cfg.connect_timeout = LEG_CONNECT_TIMEOUT;
     cfg.max_retries = 0;

@@ -51,6 +51,7 @@ pub fn start(
     let mut cfg = Config::new(node, &name, data_addr, random_secret()?);
     cfg.broadcast = args.broadcast.is_some();
     cfg.seeds = args.seeds.clone();
+    cfg.reclaim_deadline_ms = args.reclaim_deadline_ms;
     if !cfg.broadcast && cfg.seeds.is_empty() {
         tracing::warn!("no --broadcast and no --seed: this node will only hear peers that find it");
     }
