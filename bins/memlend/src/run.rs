@@ -134,11 +134,17 @@ fn preflight(p: &Placement, far: Option<u64>) -> Result<(String, Option<u64>)> {
     }
     if !p.donors.is_empty() {
         let room = memlend_place::room_on_donors(p)?;
+        // Mirrored, every page takes room on two donors.
+        let room = if p.redundancy == Redundancy::Mirror { room / 2 } else { room };
         if let Some(far) = far.filter(|&f| f > room) {
             bail!("--far {} is more than the donors have free ({})", human(far), human(room));
         }
         let n = p.donors.len();
-        let where_ = if n == 1 { format!("donor {}", p.donors[0]) } else { format!("{n} donors") };
+        let mut where_ =
+            if n == 1 { format!("donor {}", p.donors[0]) } else { format!("{n} donors") };
+        if p.redundancy != Redundancy::None {
+            where_.push_str(&format!(", redundancy {}", p.redundancy));
+        }
         return Ok((where_, Some(room)));
     }
     let path = p.ssd.clone().unwrap_or_else(memlend_place::default_ssd_dir);

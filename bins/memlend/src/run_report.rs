@@ -60,4 +60,13 @@ pub fn print(
             n => format!("; {n} POISONED (store read failed)"),
         }
     );
+    if sum(reports, "copy_legs") > 0 {
+        eprintln!(
+            "memlend run: copies: {} lost and {} rebuilt; {} bad copies repaired from the other; {} pages lost",
+            sum(reports, "copy_legs_failed"),
+            sum(reports, "copy_rebuilds"),
+            sum(reports, "copy_bad"),
+            sum(reports, "copy_pages_lost"),
+        );
+    }
 }

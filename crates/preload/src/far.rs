@@ -32,6 +32,8 @@ pub struct Heap {
     pub region: Region,
     arena: Mutex<Arena>,
     pub describe: String,
+    /// The mirrors under the store (with `--redundancy`), for the report.
+    pub mirrors: Vec<std::sync::Arc<memlend_store::layer::Mirror>>,
 }
 
 /// Read the environment once, at load time, before `main`.
@@ -112,7 +114,8 @@ fn build(cfg: &Config) -> Result<Heap> {
         budget_pages,
         evict_batch_pages: RegionConfig::default().evict_batch_pages.min(budget_pages),
     };
-    let region = Region::new(rc, opened.store).context("far-memory region")?;
+    let region =
+        Region::new(rc, std::sync::Arc::clone(&opened.store)).context("far-memory region")?;
     // A forked child must not see a copy of the region without its handler:
     // pages not resident would read as zeroes. It sees nothing instead.
     // SAFETY: advice on a mapping this process owns; it changes no contents.
@@ -122,7 +125,8 @@ fn build(cfg: &Config) -> Result<Heap> {
     // SAFETY: registers a plain function; it runs in the child after fork.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     tracing::info!(pages, budget_pages, "far memory on {}", opened.describe);
-    Ok(Heap { region, arena: Mutex::new(Arena::new(pages)), describe: opened.describe })
+    let arena = Mutex::new(Arena::new(pages));
+    Ok(Heap { region, arena, describe: opened.describe, mirrors: opened.mirrors })
 }
 
 extern "C" fn after_fork_in_child() {

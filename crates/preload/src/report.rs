@@ -56,7 +56,7 @@ fn write_stats() -> std::io::Result<()> {
         j,
         "\"faults_zero_filled\":{},\"faults_from_store\":{},\"pages_written_back\":{},\
          \"pages_clean_dropped\":{},\"pages_zero_dropped\":{},\"faults_write_protect\":{},\
-         \"pages_poisoned\":{},\"pages_resident\":{},\"pages_prefetched\":{}}}",
+         \"pages_poisoned\":{},\"pages_resident\":{},\"pages_prefetched\":{},",
         s.faults_zero_filled,
         s.faults_from_store,
         s.pages_written_back,
@@ -66,6 +66,12 @@ fn write_stats() -> std::io::Result<()> {
         s.pages_poisoned,
         s.pages_resident,
         h.pages_prefetched
+    );
+    let m = memlend_place::redundant::sum_stats(&heap.mirrors);
+    let _ = write!(
+        j,
+        "\"copy_legs\":{},\"copy_legs_failed\":{},\"copy_rebuilds\":{},\"copy_bad\":{},\"copy_pages_lost\":{}}}",
+        m.legs, m.leg_failures, m.rebuilds, m.bad_copies, m.lost_pages
     );
     let path = dir.join(format!("{}.json", std::process::id()));
     std::fs::write(path, j)
