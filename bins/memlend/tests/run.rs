@@ -102,15 +102,7 @@ fn a_donor_that_dies_mid_run_is_no_silent_hang() {
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("far_loop", dir.path());
     let addr = donor.addr.to_string();
-    let mut reaped = Reaped(
-        Command::new(MEMLEND)
-            .args(["run", "--preload", shim().to_str().unwrap(), "--local", "8M"])
-            .args(["--donor", &addr, "--insecure", "--", prog.to_str().unwrap(), "64"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut reaped = spawn_run(&["--donor", &addr, "--insecure"], &[prog.to_str().unwrap(), "64"]);
     let child = &mut reaped.0;
     let mut out = child.stdout.take().unwrap();
     let mut first = [0u8; 6];
@@ -141,17 +133,9 @@ fn with_a_mirror_a_donor_that_dies_mid_run_costs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("far_loop", dir.path());
     let (a, b) = (first.addr.to_string(), second.addr.to_string());
-    let mut reaped = Reaped(
-        Command::new(MEMLEND)
-            .args(["run", "--preload", shim().to_str().unwrap(), "--local", "8M"])
-            .args(["--donor", &a, "--donor", &b, "--insecure", "--redundancy", "mirror"])
-            .args(["--ssd", dir.path().to_str().unwrap()])
-            .args(["--", prog.to_str().unwrap(), "64", "9"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let ssd = dir.path().to_str().unwrap();
+    let opts = ["--donor", &a, "--donor", &b, "--insecure", "--redundancy", "mirror", "--ssd", ssd];
+    let mut reaped = spawn_run(&opts, &[prog.to_str().unwrap(), "64", "9"]);
     let child = &mut reaped.0;
     let mut out = child.stdout.take().unwrap();
     let mut first_pass = [0u8; 7];
@@ -167,4 +151,19 @@ fn with_a_mirror_a_donor_that_dies_mid_run_costs_nothing() {
     assert!(status.success(), "{status}\n{rest}\n{err}");
     assert!(rest.ends_with("pass 9\n"), "{rest}");
     assert!(err.contains("copies: 1 lost and 1 rebuilt") && err.contains(" 0 pages lost"), "{err}");
+}
+
+/// `memlend run --local 8M OPTS -- CMD` with its output piped, killed when
+/// the test ends.
+fn spawn_run(opts: &[&str], cmd: &[&str]) -> Reaped {
+    let child = Command::new(MEMLEND)
+        .args(["run", "--preload", shim().to_str().unwrap(), "--local", "8M"])
+        .args(opts)
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Reaped(child)
 }
