@@ -46,8 +46,10 @@ pub struct FarArgs {
     #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "")]
     pub pool: Option<PathBuf>,
     /// A second home for every page: `mirror` (two donors hold each page;
-    /// needs --also), `ssd` (a donor and a file in the --ssd directory), or
-    /// `none`. A lost copy is rebuilt on another donor in the background.
+    /// needs --also), `ssd` (a donor and a file in the --ssd directory),
+    /// `erasure` (Reed-Solomon over three or more donors: 1 parity donor, 2
+    /// from five), or `none`. A mirror's lost copy is rebuilt on another
+    /// donor in the background.
     #[arg(long, default_value = "none")]
     pub redundancy: Redundancy,
     /// Send pages to donors in plain text. By default each page is

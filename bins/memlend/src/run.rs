@@ -44,7 +44,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub insecure: bool,
     /// A second home for every page: `mirror` (two donors), `ssd` (a donor
-    /// and a file in the --ssd directory) or `none`; see `memlend far`.
+    /// and a file in the --ssd directory), `erasure` (three or more donors)
+    /// or `none`; see `memlend far`.
     #[arg(long, default_value = "none")]
     pub redundancy: Redundancy,
     /// Send pages to donors in plain text (by default they are encrypted
@@ -134,8 +135,15 @@ fn preflight(p: &Placement, far: Option<u64>) -> Result<(String, Option<u64>)> {
     }
     if !p.donors.is_empty() {
         let room = memlend_place::room_on_donors(p)?;
-        // Mirrored, every page takes room on two donors.
-        let room = if p.redundancy == Redundancy::Mirror { room / 2 } else { room };
+        // Mirrored, every page takes room on two donors; coded, n/(n-m).
+        let n = p.donors.len() as u64;
+        let room = match p.redundancy {
+            Redundancy::Mirror => room / 2,
+            Redundancy::Erasure if n >= 3 => {
+                room / n * (n - memlend_place::redundant::parity_legs(n as usize) as u64)
+            }
+            _ => room,
+        };
         if let Some(far) = far.filter(|&f| f > room) {
             bail!("--far {} is more than the donors have free ({})", human(far), human(room));
         }

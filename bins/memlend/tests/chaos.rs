@@ -232,6 +232,17 @@ fn kill_9_of_a_donor_loses_nothing() {
 }
 
 #[test]
+fn kill_9_of_a_donor_under_erasure_coding_loses_nothing() {
+    chaos_test!();
+    let c = Cluster::up("cerase", 6);
+    let args = ["--redundancy", "erasure"];
+    let o = redundant_run(&c, "128M", &args, "kill -9 of a donor, erasure coded 2+1", |c| {
+        c.donor(3).signal("-KILL")
+    });
+    assert!(o.legs_failed == 1, "{o:?}");
+}
+
+#[test]
 fn sigstop_of_a_donor_fails_over_within_a_second() {
     chaos_test!();
     let c = Cluster::up("cstop", 2);

@@ -58,14 +58,28 @@ pub struct Opened {
     pub pages: u64,
     /// For logs: "donor 10.0.0.2:7070", "3 donors", "file /var/tmp/...".
     pub describe: String,
-    /// The mirrors under the store, for their health counters.
+    /// The layers under the store that keep second copies, for their
+    /// health counters.
+    pub copies: Copies,
+}
+
+/// The mirrors and erasure-coded stores under a store.
+#[derive(Clone, Default)]
+pub struct Copies {
     pub mirrors: Vec<Arc<memlend_store::layer::Mirror>>,
+    pub erasures: Vec<Arc<memlend_store::layer::Erasure>>,
+}
+
+impl Copies {
+    /// Their counters, summed (all zero without redundancy).
+    pub fn stats(&self) -> memlend_store::layer::MirrorStats {
+        redundant::sum_stats(self)
+    }
 }
 
 impl Opened {
-    /// The mirrors' counters, summed (all zero without redundancy).
     pub fn mirror_stats(&self) -> memlend_store::layer::MirrorStats {
-        redundant::sum_stats(&self.mirrors)
+        self.copies.stats()
     }
 }
 
@@ -99,8 +113,11 @@ impl Placement {
             }
             return redundant::open(self, pages);
         }
-        if self.redundancy == Redundancy::Mirror && self.pool.is_some() {
-            bail!("--pool takes --redundancy ssd; mirroring leases on two donors is not built yet");
+        if !matches!(self.redundancy, Redundancy::None | Redundancy::Ssd) && self.pool.is_some() {
+            bail!(
+                "--pool takes --redundancy ssd; {} over leases is not built yet",
+                self.redundancy
+            );
         }
         if let Some(api) = &self.pool {
             if !self.donors.is_empty() {

@@ -4,7 +4,7 @@
 //! donor reclaims it the pages move (to another lease, or home) while the
 //! program runs; `reclaim.rs` does that on its own thread.
 
-use crate::{Opened, Placement, Redundancy};
+use crate::{Copies, Opened, Placement, Redundancy};
 use anyhow::{bail, Context, Result};
 use memlend_pool::api::{self, Ask, Client, LeaseGrant, Tell};
 use memlend_remote::{ClientConfig, RemoteStore};
@@ -70,7 +70,8 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
     }
     let home = p.ssd.clone();
     crate::reclaim::spawn(client, members, cfg, home, backed)?;
-    Ok(Opened { store: Arc::new(store), pages, describe, mirrors })
+    let copies = Copies { mirrors, ..Copies::default() };
+    Ok(Opened { store: Arc::new(store), pages, describe, copies })
 }
 
 /// A lease with a write-through copy on the local SSD, read only when the

@@ -7,13 +7,14 @@
 //! of n mirrors, mirror k on donors k and k+1 (chained declustering), so
 //! each donor holds two slabs and a dead donor's load spreads over two
 //! others. `ssd`: a stripe of n mirrors, each a donor slab read first and an
-//! SSD file behind it.
+//! SSD file behind it. `erasure`: one slab per donor, n-m of data and m of
+//! parity (`layer::erasure`).
 
 use crate::{donors, ssd, Opened, Placement, STRIPE_CHUNK_PAGES};
 use anyhow::{bail, Context, Result};
 use memlend_remote::{ClientConfig, RemoteStore};
 use memlend_store::layer::mirror::{SpareFn, SpareRequest};
-use memlend_store::layer::{Mirror, MirrorOptions, MirrorStats, Stripe};
+use memlend_store::layer::{Erasure, Mirror, MirrorOptions, MirrorStats, Stripe};
 use memlend_store::{PageStore, StoreError};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ pub enum Redundancy {
     Mirror,
     /// A donor and a local SSD file hold every page.
     Ssd,
+    /// Pages spread over n-m donors with m parity donors (m = 2 from five
+    /// donors, else 1): any m may fail, for n/(n-m) of the memory.
+    Erasure,
 }
 
 impl FromStr for Redundancy {
@@ -47,7 +51,8 @@ impl FromStr for Redundancy {
             "none" => Ok(Redundancy::None),
             "mirror" => Ok(Redundancy::Mirror),
             "ssd" => Ok(Redundancy::Ssd),
-            _ => bail!("redundancy {s:?}: expected none, mirror or ssd"),
+            "erasure" => Ok(Redundancy::Erasure),
+            _ => bail!("redundancy {s:?}: expected none, mirror, ssd or erasure"),
         }
     }
 }
@@ -58,6 +63,7 @@ impl std::fmt::Display for Redundancy {
             Redundancy::None => "none",
             Redundancy::Mirror => "mirror",
             Redundancy::Ssd => "ssd",
+            Redundancy::Erasure => "erasure",
         })
     }
 }
@@ -65,6 +71,9 @@ impl std::fmt::Display for Redundancy {
 /// Open `pages` pages (or as many as fit) with a second home for each.
 pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
     let n = p.donors.len();
+    if p.redundancy == Redundancy::Erasure {
+        return erasure(p, pages);
+    }
     if p.redundancy == Redundancy::Mirror && n < 2 {
         bail!("--redundancy mirror needs at least two donors");
     }
@@ -90,7 +99,42 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
         _ => Arc::new(Stripe::new(stores, STRIPE_CHUNK_PAGES)?),
     };
     let pages = pages.unwrap_or(store.info().pages);
-    Ok(Opened { store, pages, describe, mirrors: made })
+    let copies = crate::Copies { mirrors: made, ..crate::Copies::default() };
+    Ok(Opened { store, pages, describe, copies })
+}
+
+/// Parity donors for `n` donors.
+pub fn parity_legs(n: usize) -> usize {
+    if n >= 5 {
+        2
+    } else {
+        1
+    }
+}
+
+/// One slab on every donor: n-m data legs, m parity legs.
+fn erasure(p: &Placement, pages: Option<u64>) -> Result<Opened> {
+    let n = p.donors.len();
+    if n < 3 {
+        bail!("--redundancy erasure needs at least three donors (two data, one parity)");
+    }
+    let (k, m) = (n - parity_legs(n), parity_legs(n));
+    let cfg = leg_config(donors::client_config(p)?);
+    let per_leg = match pages {
+        Some(pages) => pages.div_ceil(k as u64),
+        None => donors::room_on_each(&p.donors, &cfg)?,
+    };
+    let spares = Spares { donors: p.donors.clone(), cfg, ssd: ssd_dir(p) };
+    let mut legs = Vec::new();
+    for &addr in &p.donors {
+        legs.push((spares.slab(addr, per_leg)?, addr.to_string()));
+    }
+    let parity = legs.split_off(k);
+    let pages = pages.unwrap_or(per_leg * k as u64);
+    let e = Arc::new(Erasure::new(legs, parity, pages)?);
+    let describe = format!("{n} donors, erasure coded {k}+{m}");
+    let copies = crate::Copies { erasures: vec![Arc::clone(&e)], ..crate::Copies::default() };
+    Ok(Opened { store: e, pages, describe, copies })
 }
 
 /// Mirror number `k`: its two legs and where its spares come from.
@@ -190,10 +234,19 @@ fn unavailable(why: String) -> StoreError {
     StoreError::Unavailable(why)
 }
 
-/// Counters of several mirrors, summed; `rebuilding` if any is.
-pub fn sum_stats(mirrors: &[Arc<Mirror>]) -> MirrorStats {
+/// Counters of several mirrors and erasure-coded stores, summed;
+/// `rebuilding` if any is.
+pub fn sum_stats(copies: &crate::Copies) -> MirrorStats {
     let mut t = MirrorStats::default();
-    for s in mirrors.iter().map(|m| m.stats()) {
+    for e in copies.erasures.iter().map(|e| e.stats()) {
+        let legs = e.data_legs + e.parity_legs;
+        t.legs += legs;
+        t.healthy_legs += e.healthy_legs;
+        t.leg_failures += (legs - e.healthy_legs) as u64;
+        t.bad_copies += e.bad_copies;
+        t.lost_pages += e.lost_pages;
+    }
+    for s in copies.mirrors.iter().map(|m| m.stats()) {
         t.legs += s.legs;
         t.healthy_legs += s.healthy_legs;
         t.leg_failures += s.leg_failures;

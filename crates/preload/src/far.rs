@@ -32,8 +32,8 @@ pub struct Heap {
     pub region: Region,
     arena: Mutex<Arena>,
     pub describe: String,
-    /// The mirrors under the store (with `--redundancy`), for the report.
-    pub mirrors: Vec<std::sync::Arc<memlend_store::layer::Mirror>>,
+    /// The layers keeping second copies (with `--redundancy`), for the report.
+    pub copies: memlend_place::Copies,
 }
 
 /// Read the environment once, at load time, before `main`.
@@ -126,7 +126,7 @@ fn build(cfg: &Config) -> Result<Heap> {
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     tracing::info!(pages, budget_pages, "far memory on {}", opened.describe);
     let arena = Mutex::new(Arena::new(pages));
-    Ok(Heap { region, arena, describe: opened.describe, mirrors: opened.mirrors })
+    Ok(Heap { region, arena, describe: opened.describe, copies: opened.copies })
 }
 
 extern "C" fn after_fork_in_child() {

@@ -67,7 +67,7 @@ fn write_stats() -> std::io::Result<()> {
         s.pages_resident,
         h.pages_prefetched
     );
-    let m = memlend_place::redundant::sum_stats(&heap.mirrors);
+    let m = heap.copies.stats();
     let _ = write!(
         j,
         "\"copy_legs\":{},\"copy_legs_failed\":{},\"copy_rebuilds\":{},\"copy_bad\":{},\"copy_pages_lost\":{}}}",

@@ -6,7 +6,7 @@
 //! the `ram` backend is sparse.
 
 use memlend_store::file::{FileOptions, FileStore};
-use memlend_store::layer::{Checksum, Crypt, Mirror, MirrorOptions, Stats};
+use memlend_store::layer::{Checksum, Crypt, Erasure, Mirror, MirrorOptions, Stats};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, ReadOp, StoreError, WriteOp, PAGE_SIZE};
 use proptest::prelude::*;
@@ -46,6 +46,12 @@ fn mirror(pages: u64) -> Mirror {
     Mirror::new(legs, pages, MirrorOptions::default(), None).unwrap()
 }
 
+/// Two data legs and one parity leg, in RAM.
+fn erasure(pages: u64) -> Erasure {
+    let leg = |i| (Arc::new(ram(pages.div_ceil(2))) as Arc<dyn PageStore>, format!("ram{i}"));
+    Erasure::new(vec![leg(0), leg(1)], vec![leg(2)], pages).unwrap()
+}
+
 /// How a test wraps a file store: which layers, in which order.
 type Stack = fn(FileStore) -> Box<dyn PageStore>;
 
@@ -57,6 +63,7 @@ fn subjects(pages: u64) -> Vec<Subject> {
         Subject { store: Box::new(Stats::new(ram(pages))), _dir: None },
         Subject { store: Box::new(Checksum::new(Stats::new(ram(pages))).unwrap()), _dir: None },
         Subject { store: Box::new(mirror(pages)), _dir: None },
+        Subject { store: Box::new(erasure(pages)), _dir: None },
         Subject {
             store: Box::new(Crypt::new(Stats::new(ram(pages)), [1; 32]).unwrap()),
             _dir: None,

@@ -16,7 +16,10 @@
 pub mod checksum;
 pub mod concat;
 pub mod crypt;
+pub mod erasure;
 mod fan_out;
+#[cfg(test)]
+mod flaky;
 pub mod mirror;
 pub mod relocate;
 pub mod stats;
@@ -26,6 +29,7 @@ mod table;
 pub use checksum::Checksum;
 pub use concat::Concat;
 pub use crypt::Crypt;
+pub use erasure::{Erasure, ErasureStats};
 pub use mirror::{Mirror, MirrorOptions, MirrorStats};
 pub use relocate::Relocatable;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};

@@ -93,6 +93,10 @@ impl Bitmap {
         self.words[(page / 64) as usize].fetch_and(!(1 << (page % 64)), Relaxed);
     }
 
+    pub(crate) fn get(&self, page: u64) -> bool {
+        self.words[(page / 64) as usize].load(Relaxed) & (1 << (page % 64)) != 0
+    }
+
     /// The word holding pages `64 * word .. 64 * word + 64`.
     pub(crate) fn word(&self, word: u64) -> u64 {
         self.words[word as usize].load(Relaxed)

@@ -1,0 +1,183 @@
+//! Reading runs, decoding lost shards and rewriting stripes.
+
+use super::Erasure;
+use crate::{ReadOp, StoreError, StoreResult, WriteOp, PAGE_SIZE};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl Erasure {
+    /// Read `page..` into `buf`: one call per data leg for the whole run,
+    /// then every page checked; a bad or unreachable one is decoded.
+    pub(super) fn read_run(&self, page: u64, buf: &mut [u8]) -> StoreResult<()> {
+        let k = self.k as u64;
+        let count = (buf.len() / PAGE_SIZE) as u64;
+        let mut ok = vec![false; count as usize];
+        for d in 0..self.k {
+            // Logical pages of this run on leg d: first p >= page with p % k == d.
+            let first = page + ((d as u64 + k - page % k) % k);
+            if first >= page + count || self.legs[d].failed.load(Relaxed) {
+                continue;
+            }
+            let n = (page + count - first).div_ceil(k);
+            let mut bounce = vec![0u8; n as usize * PAGE_SIZE];
+            let leg_op = ReadOp { page: first / k, buf: &mut bounce };
+            if let Err(e) = self.legs[d].store.read(&mut [leg_op]) {
+                self.leg_failed(d, &e, "read");
+                continue;
+            }
+            for (i, src) in bounce.chunks_exact(PAGE_SIZE).enumerate() {
+                let p = first + i as u64 * k;
+                let at = (p - page) as usize;
+                buf[at * PAGE_SIZE..(at + 1) * PAGE_SIZE].copy_from_slice(src);
+                ok[at] = self.sums.matches(p, src);
+            }
+        }
+        for (at, good) in ok.iter().enumerate() {
+            if !good {
+                let p = page + at as u64;
+                self.degraded(p, &mut buf[at * PAGE_SIZE..(at + 1) * PAGE_SIZE])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuild page `p` from the other shards of its stripe.
+    fn degraded(&self, p: u64, buf: &mut [u8]) -> StoreResult<()> {
+        let stripe = p / self.k as u64;
+        let _shared = self.locks.read(&self.stripe_lock(stripe));
+        if !self.legs[(p % self.k as u64) as usize].failed.load(Relaxed) {
+            // A read that raced a writer, or a leg that lied: ask again.
+            if self.read_shard(stripe, (p % self.k as u64) as usize, Some(p)).is_ok_and(|d| {
+                buf.copy_from_slice(&d);
+                true
+            }) {
+                return Ok(());
+            }
+            self.counters.bad_copies.fetch_add(1, Relaxed);
+        }
+        let d = self.decode(stripe, (p % self.k as u64) as usize)?;
+        buf.copy_from_slice(&d);
+        self.counters.degraded_reads.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Shard `j` of `stripe` from its leg: a data page checked against its
+    /// sum when `page` is given, or a parity page.
+    fn read_shard(&self, stripe: u64, j: usize, page: Option<u64>) -> StoreResult<Vec<u8>> {
+        let mut data = vec![0u8; PAGE_SIZE];
+        if let Err(e) = self.legs[j].store.read(&mut [ReadOp { page: stripe, buf: &mut data }]) {
+            self.leg_failed(j, &e, "read");
+            return Err(e);
+        }
+        match page {
+            Some(p) if !self.sums.matches(p, &data) => {
+                let (expected, actual) = (self.sums.expected(p), crc32c::crc32c(&data));
+                Err(StoreError::Corrupt { page: p, expected, actual })
+            }
+            _ => Ok(data),
+        }
+    }
+
+    /// Data shard `d` of `stripe`, decoded from k other shards. The caller
+    /// holds the stripe's lock (shared or owned).
+    fn decode(&self, stripe: u64, d: usize) -> StoreResult<Vec<u8>> {
+        let (k, m) = (self.k, self.m);
+        let page = stripe * k as u64 + d as u64;
+        let mut originals: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut recovery: Vec<(usize, Vec<u8>)> = Vec::new();
+        for j in (0..k).filter(|&j| j != d) {
+            let p = stripe * k as u64 + j as u64;
+            if p >= self.pages {
+                originals.push((j, vec![0u8; PAGE_SIZE]));
+            } else if !self.legs[j].failed.load(Relaxed) {
+                if let Ok(s) = self.read_shard(stripe, j, Some(p)) {
+                    originals.push((j, s));
+                }
+            }
+        }
+        for i in 0..m {
+            if originals.len() + recovery.len() >= k {
+                break;
+            }
+            if !self.legs[k + i].failed.load(Relaxed) {
+                if let Ok(s) = self.read_shard(stripe, k + i, None) {
+                    recovery.push((i, s));
+                }
+            }
+        }
+        let lost = |why: String| {
+            self.counters.lost_pages.fetch_add(1, Relaxed);
+            tracing::error!(page, %why, "a page cannot be rebuilt from its stripe");
+            StoreError::Unavailable(format!("page {page} cannot be rebuilt: {why}"))
+        };
+        if originals.len() + recovery.len() < k {
+            return Err(lost(format!("{} of {k} shards left", originals.len() + recovery.len())));
+        }
+        let decoded = reed_solomon_simd::decode(k, m, originals, recovery)
+            .map_err(|e| lost(e.to_string()))?;
+        let data = decoded.get(&d).cloned().ok_or_else(|| lost("decoder left it out".into()))?;
+        if !self.sums.matches(page, &data) {
+            return Err(lost("the decoded page fails its checksum".into()));
+        }
+        Ok(data)
+    }
+
+    /// Write new data pages (slot -> bytes) of `stripe` and its parity.
+    pub(super) fn write_stripe(
+        &self,
+        stripe: u64,
+        new: &BTreeMap<usize, &[u8]>,
+    ) -> StoreResult<()> {
+        let (k, m) = (self.k, self.m);
+        let _owned = self.locks.write(&self.stripe_lock(stripe));
+        if let Some(e) = self.too_many_failed() {
+            return Err(e);
+        }
+        let mut shards: Vec<Vec<u8>> = Vec::with_capacity(k);
+        for j in 0..k {
+            let p = stripe * k as u64 + j as u64;
+            let shard = match new.get(&j) {
+                Some(d) => d.to_vec(),
+                None if p >= self.pages || !self.written.get(p) => vec![0u8; PAGE_SIZE],
+                None => self.current(stripe, j, p)?,
+            };
+            shards.push(shard);
+        }
+        let parity = reed_solomon_simd::encode(k, m, &shards)
+            .map_err(|e| StoreError::Unavailable(format!("erasure coding: {e}")))?;
+        let writes = new
+            .keys()
+            .map(|&j| (j, &shards[j][..]))
+            .chain(parity.iter().enumerate().map(|(i, s)| (k + i, &s[..])));
+        for (leg, data) in writes {
+            if self.legs[leg].failed.load(Relaxed) {
+                continue;
+            }
+            if let Err(e) = self.legs[leg].store.write(&[WriteOp { page: stripe, data }]) {
+                self.leg_failed(leg, &e, "write");
+            }
+        }
+        if let Some(e) = self.too_many_failed() {
+            return Err(e);
+        }
+        for (&j, d) in new {
+            let p = stripe * k as u64 + j as u64;
+            self.sums.set(p, crc32c::crc32c(d));
+            self.written.set(p);
+        }
+        Ok(())
+    }
+
+    /// The current contents of data slot `j` (page `p`); the caller owns the
+    /// stripe.
+    fn current(&self, stripe: u64, j: usize, p: u64) -> StoreResult<Vec<u8>> {
+        if !self.legs[j].failed.load(Relaxed) {
+            if let Ok(d) = self.read_shard(stripe, j, Some(p)) {
+                return Ok(d);
+            }
+            self.counters.bad_copies.fetch_add(1, Relaxed);
+        }
+        self.counters.degraded_reads.fetch_add(1, Relaxed);
+        self.decode(stripe, j)
+    }
+}

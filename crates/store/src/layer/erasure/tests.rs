@@ -1,0 +1,153 @@
+use super::*;
+use crate::layer::flaky::Flaky;
+use std::sync::atomic::Ordering::SeqCst;
+
+/// Logical pages of the tests: stripes of 4 over 4+2, the last one short.
+const PAGES: u64 = 203;
+
+fn legs(k: usize, m: usize) -> (Vec<Arc<Flaky>>, Erasure) {
+    let per_leg = PAGES.div_ceil(k as u64);
+    let f: Vec<Arc<Flaky>> = (0..k + m).map(|_| Flaky::new(per_leg)).collect();
+    let named = |r: std::ops::Range<usize>| -> Vec<(Arc<dyn PageStore>, String)> {
+        r.map(|i| (Arc::clone(&f[i]) as Arc<dyn PageStore>, format!("leg{i}"))).collect()
+    };
+    let e = Erasure::new(named(0..k), named(k..k + m), PAGES).unwrap();
+    (f, e)
+}
+
+fn page_of(page: u64, version: u8) -> Vec<u8> {
+    let mut v = vec![version; PAGE_SIZE];
+    v[..8].copy_from_slice(&page.to_le_bytes());
+    v
+}
+
+fn write_some(e: &Erasure, version: u8) {
+    // Single pages, then a long run that crosses stripes.
+    for page in (0..PAGES).step_by(5) {
+        e.write(&[WriteOp { page, data: &page_of(page, version) }]).unwrap();
+    }
+    let run: Vec<u8> = (40..77).flat_map(|p| page_of(p, version)).collect();
+    e.write(&[WriteOp { page: 40, data: &run }]).unwrap();
+}
+
+fn expected(page: u64, version: u8) -> Vec<u8> {
+    match page.is_multiple_of(5) || (40..77).contains(&page) {
+        true => page_of(page, version),
+        false => vec![0; PAGE_SIZE],
+    }
+}
+
+fn check_all(e: &Erasure, version: u8) {
+    let mut buf = vec![0u8; PAGES as usize * PAGE_SIZE];
+    e.read(&mut [ReadOp { page: 0, buf: &mut buf }]).unwrap();
+    for (p, got) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+        assert!(got == expected(p as u64, version), "page {p}");
+    }
+    for page in [0, 3, 4, 41, 202] {
+        let mut one = vec![0u8; PAGE_SIZE];
+        e.read(&mut [ReadOp { page, buf: &mut one }]).unwrap();
+        assert!(one == expected(page, version), "single page {page}");
+    }
+}
+
+#[test]
+fn pages_round_trip_and_parity_costs_m_over_k() {
+    let (f, e) = legs(4, 2);
+    assert!(e.info().name.starts_with("erasure4+2("));
+    write_some(&e, 1);
+    check_all(&e, 1);
+    // 1.5x the pages, where a mirror takes 2x.
+    let held: u64 = f.iter().map(|l| l.info().pages).sum();
+    assert_eq!(held, PAGES.div_ceil(4) * 6);
+    e.discard(40, 37).unwrap();
+    let mut one = vec![1u8; PAGE_SIZE];
+    e.read(&mut [ReadOp { page: 41, buf: &mut one }]).unwrap();
+    assert!(one.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn any_m_legs_may_die_and_nothing_is_lost() {
+    for dead in [[0, 1], [0, 4], [3, 5], [4, 5]] {
+        let (f, e) = legs(4, 2);
+        write_some(&e, 1);
+        for d in dead {
+            f[d].dead.store(true, SeqCst);
+        }
+        check_all(&e, 1);
+        // Writes go on, degraded, and read back.
+        write_some(&e, 2);
+        check_all(&e, 2);
+        assert_eq!(e.stats().healthy_legs, 4, "dead {dead:?}");
+        assert!(e.stats().degraded_reads > 0 || dead[0] >= 4);
+    }
+}
+
+#[test]
+fn one_leg_too_many_is_a_clear_error() {
+    let (f, e) = legs(4, 2);
+    write_some(&e, 1);
+    for d in [0, 1, 2] {
+        f[d].dead.store(true, SeqCst);
+    }
+    let mut buf = vec![0u8; PAGE_SIZE];
+    // Page 0 is on a dead leg and only 3 shards of its stripe are left.
+    let err = e.read(&mut [ReadOp { page: 0, buf: &mut buf }]).unwrap_err().to_string();
+    assert!(err.contains("cannot be rebuilt"), "{err}");
+    let err = e.write(&[WriteOp { page: 3, data: &page_of(3, 9) }]).unwrap_err().to_string();
+    assert!(err.contains("legs failed"), "{err}");
+}
+
+#[test]
+fn a_lying_leg_is_caught_and_the_page_decoded() {
+    let (f, e) = legs(4, 2);
+    write_some(&e, 1);
+    // Page 45 is on leg 1 at leg page 11.
+    f[1].lie_about.store(11 + 1, SeqCst);
+    let mut buf = vec![0u8; PAGE_SIZE];
+    e.read(&mut [ReadOp { page: 45, buf: &mut buf }]).unwrap();
+    assert!(buf == page_of(45, 1));
+    let st = e.stats();
+    assert_eq!((st.bad_copies, st.degraded_reads, st.lost_pages), (1, 1, 0));
+}
+
+#[test]
+fn concurrent_writers_of_one_stripe_keep_it_decodable() {
+    let (f, e) = legs(4, 2);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let e = &e;
+            s.spawn(move || {
+                for i in 0..200u64 {
+                    let page = t + 4 * (i % 3);
+                    e.write(&[WriteOp { page, data: &page_of(page, i as u8) }]).unwrap();
+                }
+            });
+        }
+    });
+    // Every data leg dies in turn: each page must decode to what a plain
+    // read gives.
+    let mut want = vec![0u8; 12 * PAGE_SIZE];
+    e.read(&mut [ReadOp { page: 0, buf: &mut want }]).unwrap();
+    for (d, leg) in f.iter().enumerate().take(4) {
+        leg.dead.store(true, SeqCst);
+        let mut got = vec![0u8; 12 * PAGE_SIZE];
+        e.read(&mut [ReadOp { page: 0, buf: &mut got }]).unwrap();
+        assert!(got == want, "with leg {d} dead");
+        leg.dead.store(false, SeqCst);
+        e.legs[d].failed.store(false, SeqCst);
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let one = |pages| (Flaky::new(pages) as Arc<dyn PageStore>, "x".to_string());
+    assert!(Erasure::new(vec![], vec![one(10)], 10).is_err());
+    assert!(Erasure::new(vec![one(10)], vec![], 10).is_err());
+    assert!(Erasure::new(vec![one(2), one(2)], vec![one(2)], 10).is_err(), "legs too small");
+    let (_f, e) = legs(4, 2);
+    let mut buf = vec![0u8; PAGE_SIZE];
+    assert!(matches!(
+        e.read(&mut [ReadOp { page: PAGES, buf: &mut buf }]),
+        Err(StoreError::OutOfRange { .. })
+    ));
+}
