@@ -6,6 +6,8 @@ with pages
   mirror     on two donors, encrypted (--redundancy mirror)
   ssd        on one donor and written through to an SSD file, encrypted
              (--redundancy ssd)
+  erasure    Reed-Solomon 2+1 over three donors, encrypted
+             (--redundancy erasure)
 Each mode runs ROUNDS times, the modes alternating so that drift on this
 shared machine hits all alike; the median of each rate is kept and reported
 as a ratio to `plain` measured in the same run. The goal for encryption is a
@@ -29,6 +31,7 @@ MODES = {
     "encrypted": [],
     "mirror": ["--redundancy", "mirror"],
     "ssd": ["--redundancy", "ssd"],
+    "erasure": ["--redundancy", "erasure"],
 }
 RATES = [("write", r"write every page\s+(\d+) pages/s"),
          ("random", r"random touches \(verify\)\s*(\d+) pages/s"),
@@ -39,6 +42,8 @@ def far(donors, mode, a, ssd_dir):
     cmd = [bin_path("memlend"), "far", "--insecure", "--donor", donors[0]]
     if mode == "mirror":
         cmd += ["--also", donors[1]]
+    if mode == "erasure":
+        cmd += ["--also", donors[1], "--also", donors[2]]
     cmd += ["--size", a.size, "--local", a.local] + MODES[mode]
     if mode == "ssd":
         cmd += ["--ssd", ssd_dir]
@@ -55,12 +60,13 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
     idle = wait_quiet()
-    ports = [free_port(), free_port()]
+    ports = [free_port(), free_port(), free_port()]
     donors = [f"127.0.0.1:{port}" for port in ports]
     runs = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory(dir="/var/tmp") as ssd_dir, \
             Daemon(["--lend", "4G", "--insecure", "--listen", donors[0]]), \
-            Daemon(["--lend", "4G", "--insecure", "--listen", donors[1]]):
+            Daemon(["--lend", "4G", "--insecure", "--listen", donors[1]]), \
+            Daemon(["--lend", "4G", "--insecure", "--listen", donors[2]]):
         for r in range(a.rounds):
             for mode in MODES:
                 runs[mode].append(far(donors, mode, a, ssd_dir))
