@@ -240,6 +240,7 @@ fn kill_9_of_a_donor_under_erasure_coding_loses_nothing() {
         c.donor(3).signal("-KILL")
     });
     assert!(o.legs_failed == 1, "{o:?}");
+    assert!(o.rebuilt == 1, "the lost shard was not rebuilt (on the SSD: no fourth donor): {o:?}");
 }
 
 #[test]

@@ -124,14 +124,15 @@ fn erasure(p: &Placement, pages: Option<u64>) -> Result<Opened> {
         Some(pages) => pages.div_ceil(k as u64),
         None => donors::room_on_each(&p.donors, &cfg)?,
     };
-    let spares = Spares { donors: p.donors.clone(), cfg, ssd: ssd_dir(p) };
+    let spares = Arc::new(Spares { donors: p.donors.clone(), cfg, ssd: ssd_dir(p) });
     let mut legs = Vec::new();
     for &addr in &p.donors {
         legs.push((spares.slab(addr, per_leg)?, addr.to_string()));
     }
     let parity = legs.split_off(k);
     let pages = pages.unwrap_or(per_leg * k as u64);
-    let e = Arc::new(Erasure::new(legs, parity, pages)?);
+    let spare: SpareFn = Box::new(move |req| spares.spare(req, true));
+    let e = Arc::new(Erasure::new(legs, parity, pages, Some(spare))?);
     let describe = format!("{n} donors, erasure coded {k}+{m}");
     let copies = crate::Copies { erasures: vec![Arc::clone(&e)], ..crate::Copies::default() };
     Ok(Opened { store: e, pages, describe, copies })
@@ -242,7 +243,9 @@ pub fn sum_stats(copies: &crate::Copies) -> MirrorStats {
         let legs = e.data_legs + e.parity_legs;
         t.legs += legs;
         t.healthy_legs += e.healthy_legs;
-        t.leg_failures += (legs - e.healthy_legs) as u64;
+        t.leg_failures += e.leg_failures;
+        t.rebuilds += e.rebuilds;
+        t.rebuilding |= e.healthy_legs < legs && e.leg_failures > e.rebuilds;
         t.bad_copies += e.bad_copies;
         t.lost_pages += e.lost_pages;
     }

@@ -49,7 +49,7 @@ fn mirror(pages: u64) -> Mirror {
 /// Two data legs and one parity leg, in RAM.
 fn erasure(pages: u64) -> Erasure {
     let leg = |i| (Arc::new(ram(pages.div_ceil(2))) as Arc<dyn PageStore>, format!("ram{i}"));
-    Erasure::new(vec![leg(0), leg(1)], vec![leg(2)], pages).unwrap()
+    Erasure::new(vec![leg(0), leg(1)], vec![leg(2)], pages, None).unwrap()
 }
 
 /// How a test wraps a file store: which layers, in which order.

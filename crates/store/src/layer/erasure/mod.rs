@@ -17,26 +17,51 @@
 //! decoded from k other shards of its stripe (degraded read), under the
 //! stripe's shared lock so no write is half done meanwhile.
 //!
-//! Not here yet: rebuilding a dropped leg on a spare (a mirror does that;
-//! see `mirror`).
+//! Rebuild. With a spare maker, a dropped leg is replaced in the background
+//! (`rebuild.rs`): the spare takes the leg's slot as write-only, so new
+//! stripe writes reach it; a copier computes the slot's shard of every
+//! written stripe under that stripe's lock; then the leg is readable again.
 
+mod rebuild;
 mod stripe;
 
+use super::mirror::SpareFn;
 use super::table::{Bitmap, Sums};
 use super::{StripeLocks, StripeSet};
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo};
 use crate::{StoreResult, WriteOp, PAGE_SIZE};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Most legs (data + parity).
 pub const MAX_LEGS: usize = 16;
 
+const HEALTHY: u8 = 0;
+/// Being filled by the rebuilder: written, never read.
+const REBUILDING: u8 = 1;
+const FAILED: u8 = 2;
+
+/// One slot of the code: its store changes when a spare replaces it.
 struct Leg {
-    store: Arc<dyn PageStore>,
-    label: String,
-    failed: AtomicBool,
+    store: RwLock<Arc<dyn PageStore>>,
+    label: RwLock<String>,
+    state: AtomicU8,
+}
+
+impl Leg {
+    fn store(&self) -> Arc<dyn PageStore> {
+        Arc::clone(&self.store.read())
+    }
+
+    fn readable(&self) -> bool {
+        self.state.load(Relaxed) == HEALTHY
+    }
+
+    fn writable(&self) -> bool {
+        self.state.load(Relaxed) != FAILED
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,8 +69,12 @@ pub struct ErasureStats {
     pub data_legs: usize,
     pub parity_legs: usize,
     pub healthy_legs: usize,
+    /// Legs dropped after an error.
+    pub leg_failures: u64,
     /// Pages rebuilt from other shards because their leg failed or lied.
     pub degraded_reads: u64,
+    /// Legs rebuilt on a spare.
+    pub rebuilds: u64,
     /// Pages a leg returned with the wrong contents.
     pub bad_copies: u64,
     /// Pages no combination of shards could rebuild.
@@ -54,12 +83,21 @@ pub struct ErasureStats {
 
 #[derive(Default)]
 struct Counters {
+    leg_failures: AtomicU64,
     degraded_reads: AtomicU64,
+    rebuilds: AtomicU64,
     bad_copies: AtomicU64,
     lost_pages: AtomicU64,
 }
 
+/// An erasure-coded store; the rebuilder, if any, stops when it drops.
 pub struct Erasure {
+    inner: Arc<Coded>,
+    rebuilder: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the store and its rebuilder share.
+struct Coded {
     legs: Box<[Leg]>,
     k: usize,
     m: usize,
@@ -69,6 +107,11 @@ pub struct Erasure {
     /// Keyed by stripe number.
     locks: StripeLocks,
     counters: Counters,
+    spare: Option<SpareFn>,
+    /// Labels of legs that failed, so spares go elsewhere.
+    failed_labels: Mutex<Vec<String>>,
+    stop: AtomicBool,
+    work: (Mutex<bool>, Condvar),
 }
 
 impl Erasure {
@@ -78,6 +121,7 @@ impl Erasure {
         data: Vec<(Arc<dyn PageStore>, String)>,
         parity: Vec<(Arc<dyn PageStore>, String)>,
         pages: u64,
+        spare: Option<SpareFn>,
     ) -> StoreResult<Erasure> {
         let (k, m) = (data.len(), parity.len());
         if k == 0 || m == 0 || k + m > MAX_LEGS {
@@ -91,11 +135,12 @@ impl Erasure {
             return Err(StoreError::NoSpace(format!("leg {l} holds {has} pages, not {per_leg}")));
         }
         let legs = data.into_iter().chain(parity).map(|(store, label)| Leg {
-            store,
-            label,
-            failed: AtomicBool::new(false),
+            store: RwLock::new(store),
+            label: RwLock::new(label),
+            state: AtomicU8::new(HEALTHY),
         });
-        Ok(Erasure {
+        let has_spare = spare.is_some();
+        let inner = Arc::new(Coded {
             legs: legs.collect(),
             k,
             m,
@@ -104,16 +149,45 @@ impl Erasure {
             written: Bitmap::new(pages, "written bits")?,
             locks: StripeLocks::new(),
             counters: Counters::default(),
-        })
+            spare,
+            failed_labels: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            work: (Mutex::new(false), Condvar::new()),
+        });
+        let rebuilder = has_spare.then(|| rebuild::spawn(Arc::clone(&inner))).transpose()?;
+        Ok(Erasure { inner, rebuilder })
     }
 
     pub fn stats(&self) -> ErasureStats {
+        self.inner.stats()
+    }
+}
+
+impl Drop for Erasure {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Relaxed);
+        self.inner.wake();
+        if let Some(t) = self.rebuilder.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Coded {
+    fn wake(&self) {
+        *self.work.0.lock() = true;
+        self.work.1.notify_all();
+    }
+
+    fn stats(&self) -> ErasureStats {
         let c = &self.counters;
         ErasureStats {
             data_legs: self.k,
             parity_legs: self.m,
-            healthy_legs: self.legs.iter().filter(|l| !l.failed.load(Relaxed)).count(),
+            healthy_legs: self.legs.iter().filter(|l| l.readable()).count(),
+            leg_failures: c.leg_failures.load(Relaxed),
             degraded_reads: c.degraded_reads.load(Relaxed),
+            rebuilds: c.rebuilds.load(Relaxed),
             bad_copies: c.bad_copies.load(Relaxed),
             lost_pages: c.lost_pages.load(Relaxed),
         }
@@ -121,13 +195,18 @@ impl Erasure {
 
     fn leg_failed(&self, leg: usize, e: &StoreError, what: &str) {
         let l = &self.legs[leg];
-        if !l.failed.swap(true, Relaxed) {
-            tracing::warn!(leg = %l.label, error = %e, "{what} failed: shard dropped");
+        if l.state.swap(FAILED, Relaxed) != FAILED {
+            let label = l.label.read().clone();
+            self.counters.leg_failures.fetch_add(1, Relaxed);
+            tracing::warn!(leg = %label, error = %e, "{what} failed: shard dropped");
+            self.failed_labels.lock().push(label);
+            self.wake();
         }
     }
 
+    /// Legs that cannot be read: failed, or still being rebuilt.
     fn failed_legs(&self) -> usize {
-        self.legs.iter().filter(|l| l.failed.load(Relaxed)).count()
+        self.legs.iter().filter(|l| !l.readable()).count()
     }
 
     fn too_many_failed(&self) -> Option<StoreError> {
@@ -144,7 +223,25 @@ impl Erasure {
 
 impl PageStore for Erasure {
     fn info(&self) -> StoreInfo {
-        let names: Vec<String> = self.legs.iter().map(|l| l.store.info().name).collect();
+        self.inner.info()
+    }
+    fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
+        self.inner.read(ops)
+    }
+    fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
+        self.inner.write(ops)
+    }
+    fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
+        self.inner.discard(page, count)
+    }
+    fn flush(&self) -> StoreResult<()> {
+        Ok(())
+    }
+}
+
+impl Coded {
+    fn info(&self) -> StoreInfo {
+        let names: Vec<String> = self.legs.iter().map(|l| l.store().info().name).collect();
         let caps = Caps { durable: false, discard_frees: true, fast: false };
         let name = format!("erasure{}+{}({})", self.k, self.m, names.join(", "));
         StoreInfo { pages: self.pages, caps, name }
@@ -193,12 +290,6 @@ impl PageStore for Erasure {
         Ok(())
     }
 
-    fn flush(&self) -> StoreResult<()> {
-        Ok(())
-    }
-}
-
-impl Erasure {
     fn stripe_lock(&self, stripe: u64) -> StripeSet {
         StripeSet::of_run(stripe, 1)
     }

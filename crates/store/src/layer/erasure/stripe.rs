@@ -1,11 +1,11 @@
 //! Reading runs, decoding lost shards and rewriting stripes.
 
-use super::Erasure;
+use super::Coded;
 use crate::{ReadOp, StoreError, StoreResult, WriteOp, PAGE_SIZE};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 
-impl Erasure {
+impl Coded {
     /// Read `page..` into `buf`: one call per data leg for the whole run,
     /// then every page checked; a bad or unreachable one is decoded.
     pub(super) fn read_run(&self, page: u64, buf: &mut [u8]) -> StoreResult<()> {
@@ -15,13 +15,13 @@ impl Erasure {
         for d in 0..self.k {
             // Logical pages of this run on leg d: first p >= page with p % k == d.
             let first = page + ((d as u64 + k - page % k) % k);
-            if first >= page + count || self.legs[d].failed.load(Relaxed) {
+            if first >= page + count || !self.legs[d].readable() {
                 continue;
             }
             let n = (page + count - first).div_ceil(k);
             let mut bounce = vec![0u8; n as usize * PAGE_SIZE];
             let leg_op = ReadOp { page: first / k, buf: &mut bounce };
-            if let Err(e) = self.legs[d].store.read(&mut [leg_op]) {
+            if let Err(e) = self.legs[d].store().read(&mut [leg_op]) {
                 self.leg_failed(d, &e, "read");
                 continue;
             }
@@ -45,7 +45,7 @@ impl Erasure {
     fn degraded(&self, p: u64, buf: &mut [u8]) -> StoreResult<()> {
         let stripe = p / self.k as u64;
         let _shared = self.locks.read(&self.stripe_lock(stripe));
-        if !self.legs[(p % self.k as u64) as usize].failed.load(Relaxed) {
+        if self.legs[(p % self.k as u64) as usize].readable() {
             // A read that raced a writer, or a leg that lied: ask again.
             if self.read_shard(stripe, (p % self.k as u64) as usize, Some(p)).is_ok_and(|d| {
                 buf.copy_from_slice(&d);
@@ -65,7 +65,7 @@ impl Erasure {
     /// sum when `page` is given, or a parity page.
     fn read_shard(&self, stripe: u64, j: usize, page: Option<u64>) -> StoreResult<Vec<u8>> {
         let mut data = vec![0u8; PAGE_SIZE];
-        if let Err(e) = self.legs[j].store.read(&mut [ReadOp { page: stripe, buf: &mut data }]) {
+        if let Err(e) = self.legs[j].store().read(&mut [ReadOp { page: stripe, buf: &mut data }]) {
             self.leg_failed(j, &e, "read");
             return Err(e);
         }
@@ -80,7 +80,7 @@ impl Erasure {
 
     /// Data shard `d` of `stripe`, decoded from k other shards. The caller
     /// holds the stripe's lock (shared or owned).
-    fn decode(&self, stripe: u64, d: usize) -> StoreResult<Vec<u8>> {
+    pub(super) fn decode(&self, stripe: u64, d: usize) -> StoreResult<Vec<u8>> {
         let (k, m) = (self.k, self.m);
         let page = stripe * k as u64 + d as u64;
         let mut originals: Vec<(usize, Vec<u8>)> = Vec::new();
@@ -89,7 +89,7 @@ impl Erasure {
             let p = stripe * k as u64 + j as u64;
             if p >= self.pages {
                 originals.push((j, vec![0u8; PAGE_SIZE]));
-            } else if !self.legs[j].failed.load(Relaxed) {
+            } else if self.legs[j].readable() {
                 if let Ok(s) = self.read_shard(stripe, j, Some(p)) {
                     originals.push((j, s));
                 }
@@ -99,7 +99,7 @@ impl Erasure {
             if originals.len() + recovery.len() >= k {
                 break;
             }
-            if !self.legs[k + i].failed.load(Relaxed) {
+            if self.legs[k + i].readable() {
                 if let Ok(s) = self.read_shard(stripe, k + i, None) {
                     recovery.push((i, s));
                 }
@@ -150,10 +150,10 @@ impl Erasure {
             .map(|&j| (j, &shards[j][..]))
             .chain(parity.iter().enumerate().map(|(i, s)| (k + i, &s[..])));
         for (leg, data) in writes {
-            if self.legs[leg].failed.load(Relaxed) {
+            if !self.legs[leg].writable() {
                 continue;
             }
-            if let Err(e) = self.legs[leg].store.write(&[WriteOp { page: stripe, data }]) {
+            if let Err(e) = self.legs[leg].store().write(&[WriteOp { page: stripe, data }]) {
                 self.leg_failed(leg, &e, "write");
             }
         }
@@ -170,8 +170,8 @@ impl Erasure {
 
     /// The current contents of data slot `j` (page `p`); the caller owns the
     /// stripe.
-    fn current(&self, stripe: u64, j: usize, p: u64) -> StoreResult<Vec<u8>> {
-        if !self.legs[j].failed.load(Relaxed) {
+    pub(super) fn current(&self, stripe: u64, j: usize, p: u64) -> StoreResult<Vec<u8>> {
+        if self.legs[j].readable() {
             if let Ok(d) = self.read_shard(stripe, j, Some(p)) {
                 return Ok(d);
             }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::layer::flaky::Flaky;
+use crate::layer::mirror::SpareFn;
 use std::sync::atomic::Ordering::SeqCst;
 
 /// Logical pages of the tests: stripes of 4 over 4+2, the last one short.
@@ -11,7 +12,7 @@ fn legs(k: usize, m: usize) -> (Vec<Arc<Flaky>>, Erasure) {
     let named = |r: std::ops::Range<usize>| -> Vec<(Arc<dyn PageStore>, String)> {
         r.map(|i| (Arc::clone(&f[i]) as Arc<dyn PageStore>, format!("leg{i}"))).collect()
     };
-    let e = Erasure::new(named(0..k), named(k..k + m), PAGES).unwrap();
+    let e = Erasure::new(named(0..k), named(k..k + m), PAGES, None).unwrap();
     (f, e)
 }
 
@@ -134,20 +135,58 @@ fn concurrent_writers_of_one_stripe_keep_it_decodable() {
         e.read(&mut [ReadOp { page: 0, buf: &mut got }]).unwrap();
         assert!(got == want, "with leg {d} dead");
         leg.dead.store(false, SeqCst);
-        e.legs[d].failed.store(false, SeqCst);
+        e.inner.legs[d].state.store(HEALTHY, SeqCst);
     }
 }
 
 #[test]
 fn bad_arguments_are_refused() {
     let one = |pages| (Flaky::new(pages) as Arc<dyn PageStore>, "x".to_string());
-    assert!(Erasure::new(vec![], vec![one(10)], 10).is_err());
-    assert!(Erasure::new(vec![one(10)], vec![], 10).is_err());
-    assert!(Erasure::new(vec![one(2), one(2)], vec![one(2)], 10).is_err(), "legs too small");
+    assert!(Erasure::new(vec![], vec![one(10)], 10, None).is_err());
+    assert!(Erasure::new(vec![one(10)], vec![], 10, None).is_err());
+    assert!(Erasure::new(vec![one(2), one(2)], vec![one(2)], 10, None).is_err(), "legs too small");
     let (_f, e) = legs(4, 2);
     let mut buf = vec![0u8; PAGE_SIZE];
     assert!(matches!(
         e.read(&mut [ReadOp { page: PAGES, buf: &mut buf }]),
         Err(StoreError::OutOfRange { .. })
     ));
+}
+
+/// A data leg and then a parity leg die; each is rebuilt on a spare while
+/// writes go on, after which two *other* legs may die and nothing is lost.
+#[test]
+fn lost_legs_are_rebuilt_on_spares() {
+    for lost in [1usize, 5] {
+        let per_leg = PAGES.div_ceil(4);
+        let f: Vec<Arc<Flaky>> = (0..6).map(|_| Flaky::new(per_leg)).collect();
+        let named = |r: std::ops::Range<usize>| -> Vec<(Arc<dyn PageStore>, String)> {
+            r.map(|i| (Arc::clone(&f[i]) as Arc<dyn PageStore>, format!("leg{i}"))).collect()
+        };
+        let made = Arc::new(parking_lot::Mutex::new(0));
+        let made2 = Arc::clone(&made);
+        let spare: SpareFn = Box::new(move |req| {
+            let mut n = made2.lock();
+            *n += 1;
+            let label = format!("spare{n}");
+            assert!(!req.avoid.contains(&label) && req.avoid.contains(&"leg1".to_string()));
+            Ok((Flaky::new(req.pages) as Arc<dyn PageStore>, label))
+        });
+        let e = Erasure::new(named(0..4), named(4..6), PAGES, Some(spare)).unwrap();
+        write_some(&e, 1);
+        f[lost].dead.store(true, SeqCst);
+        check_all(&e, 1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while e.stats().rebuilds == 0 {
+            write_some(&e, 2);
+            assert!(std::time::Instant::now() < deadline, "no rebuild of leg {lost}");
+        }
+        write_some(&e, 3);
+        let survivors = [0, 2, 3, 4].iter().filter(|&&d| d != lost).take(2);
+        for &d in survivors {
+            f[d].dead.store(true, SeqCst);
+        }
+        check_all(&e, 3);
+        assert_eq!(e.stats().lost_pages, 0);
+    }
 }

@@ -1,0 +1,119 @@
+//! Replacing a failed leg of an erasure-coded store with a spare.
+//!
+//! The spare takes the slot as REBUILDING: written by every stripe write
+//! from then on, read by none. A barrier (every stripe lock, once) waits
+//! out writers that saw the slot failed and skipped it. Then each stripe
+//! with a written page gets the slot's shard computed (a data page decoded
+//! from the others, a parity page encoded from the data) and written, under
+//! the stripe's lock. Then the slot is readable again.
+
+use super::{Coded, FAILED, HEALTHY, REBUILDING};
+use crate::layer::mirror::SpareRequest;
+use crate::layer::StripeSet;
+use crate::{StoreError, StoreResult, WriteOp, PAGE_SIZE};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Wait between attempts to find a spare.
+const SPARE_RETRY: Duration = Duration::from_secs(2);
+
+pub(super) fn spawn(c: Arc<Coded>) -> StoreResult<std::thread::JoinHandle<()>> {
+    let t = std::thread::Builder::new().name("memlend-erasure".into()).spawn(move || run(&c));
+    t.map_err(StoreError::Io)
+}
+
+fn run(c: &Coded) {
+    while !c.stop.load(Relaxed) {
+        wait(c, None);
+        while let Some(slot) = c.legs.iter().position(|l| l.state.load(Relaxed) == FAILED) {
+            if c.stop.load(Relaxed) {
+                return;
+            }
+            if let Err(e) = replace(c, slot) {
+                tracing::warn!(error = %e, "cannot rebuild a lost shard yet; will retry");
+                wait(c, Some(SPARE_RETRY));
+            }
+        }
+    }
+}
+
+/// Until woken (a leg failed, or the store is dropped) or `limit` passes.
+fn wait(c: &Coded, limit: Option<Duration>) {
+    let mut woken = c.work.0.lock();
+    if !*woken && !c.stop.load(Relaxed) {
+        match limit {
+            Some(d) => drop(c.work.1.wait_for(&mut woken, d)),
+            None => c.work.1.wait(&mut woken),
+        }
+    }
+    *woken = false;
+}
+
+fn replace(c: &Coded, slot: usize) -> StoreResult<()> {
+    let per_leg = c.pages.div_ceil(c.k as u64);
+    let mut avoid: Vec<String> = c.legs.iter().map(|l| l.label.read().clone()).collect();
+    avoid.extend(c.failed_labels.lock().iter().cloned());
+    let spare = c.spare.as_ref().expect("the rebuilder runs only with a spare maker");
+    let (store, label) = spare(&SpareRequest { pages: per_leg, avoid: &avoid })?;
+    if store.info().pages < per_leg {
+        return Err(StoreError::NoSpace(format!("spare at {label} is too small")));
+    }
+    let leg = &c.legs[slot];
+    *leg.store.write() = store;
+    *leg.label.write() = label.clone();
+    leg.state.store(REBUILDING, Relaxed);
+    drop(c.locks.write(&StripeSet::of_run(0, crate::layer::STRIPES as u64)));
+    let started = std::time::Instant::now();
+    let mut stripes = 0;
+    for stripe in 0..per_leg {
+        if c.stop.load(Relaxed) || leg.state.load(Relaxed) == FAILED {
+            return Err(StoreError::Unavailable(format!("rebuild on {label} stopped")));
+        }
+        stripes += u64::from(fill_stripe(c, slot, stripe)?);
+    }
+    if leg.state.compare_exchange(REBUILDING, HEALTHY, Relaxed, Relaxed).is_err() {
+        return Err(StoreError::Unavailable(format!("spare at {label} failed while filling")));
+    }
+    c.counters.rebuilds.fetch_add(1, Relaxed);
+    let ms = started.elapsed().as_millis() as u64;
+    tracing::info!(leg = %label, stripes, ms, "lost shard rebuilt");
+    Ok(())
+}
+
+/// Write the slot's shard of `stripe`, if the stripe holds anything.
+fn fill_stripe(c: &Coded, slot: usize, stripe: u64) -> StoreResult<bool> {
+    let k = c.k as u64;
+    let pages = stripe * k..((stripe + 1) * k).min(c.pages);
+    if !pages.clone().any(|p| c.written.get(p)) {
+        return Ok(false);
+    }
+    let _owned = c.locks.write(&c.stripe_lock(stripe));
+    let shard = match slot < c.k {
+        true => {
+            let p = stripe * k + slot as u64;
+            if p >= c.pages || !c.written.get(p) {
+                return Ok(false);
+            }
+            c.decode(stripe, slot)?
+        }
+        false => {
+            let mut data = Vec::with_capacity(c.k);
+            for j in 0..c.k {
+                let p = stripe * k + j as u64;
+                data.push(match p < c.pages && c.written.get(p) {
+                    true => c.current(stripe, j, p)?,
+                    false => vec![0u8; PAGE_SIZE],
+                });
+            }
+            let parity = reed_solomon_simd::encode(c.k, c.m, &data)
+                .map_err(|e| StoreError::Unavailable(format!("erasure coding: {e}")))?;
+            parity.into_iter().nth(slot - c.k).expect("m parity shards")
+        }
+    };
+    if let Err(e) = c.legs[slot].store().write(&[WriteOp { page: stripe, data: &shard }]) {
+        c.leg_failed(slot, &e, "rebuild");
+        return Err(e);
+    }
+    Ok(true)
+}
