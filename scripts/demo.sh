@@ -3,8 +3,9 @@
 # its local budget under `memlend run` (pages on the donor, then on an SSD
 # file) and under kernel swap to a local swapfile in a cgroup of the same
 # budget; use the donor through the native protocol and through NBD with
-# real clients; print what happened. Everything it starts (daemon, swapfile,
-# cgroup) is stopped or removed on every exit path.
+# real clients; kill a donor under a mirrored region; print what happened.
+# Everything it starts (daemons, swapfile, cgroup) is stopped or removed on
+# every exit path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=target/release
@@ -16,10 +17,12 @@ EXPORT=${MEMLEND_DEMO_EXPORT:-256M}
 
 work=$(mktemp -d /tmp/memlend-demo.XXXXXX)
 daemon=""
+mirror_donors=()
 swapfile=""
 cgroup=""
 cleanup() {
   [ -n "$daemon" ] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
+  for d in "${mirror_donors[@]}"; do { kill -KILL "$d"; wait "$d"; } 2>/dev/null || true; done
   [ -n "$swapfile" ] && { swapoff "$swapfile" 2>/dev/null || true; rm -f "$swapfile"; }
   [ -n "$cgroup" ] && { rmdir "$cgroup" 2>/dev/null || true; }
   rm -rf "$work"
@@ -101,6 +104,24 @@ fio_out=$(fio --name=demo --ioengine=nbd --uri="nbd://127.0.0.1:$nbd_port/demo" 
 read -r r_iops w_iops < <(python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; print(int(j["read"]["iops"]), int(j["write"]["iops"]))' <<<"$fio_out")
 echo "fio nbd engine, 4 KiB 70/30 random, QD32: $r_iops read + $w_iops write IOPS"
 
+step "a donor dies under a mirrored region: nothing lost"
+mports=("$(free_port)" "$(free_port)" "$(free_port)")
+for p in "${mports[@]}"; do
+  "$BIN/memlendd" --lend 512M --listen "127.0.0.1:$p" --key "$work/cluster.key" 2>>"$work/mirror.log" &
+  mirror_donors+=("$!")
+done
+for p in "${mports[@]}"; do wait_port "$p"; done
+"$BIN/memlend" far --key "$work/cluster.key" --donor "127.0.0.1:${mports[0]}" \
+  --also "127.0.0.1:${mports[1]}" --also "127.0.0.1:${mports[2]}" --redundancy mirror \
+  --size 256M --local 32M --random-passes 0 --hold-s 6 >"$work/mirror.out" 2>>"$work/mirror.log" &
+far_pid=$!
+for _ in $(seq 600); do grep -q "held 2 s" "$work/mirror.out" && break; sleep 0.1; done
+{ kill -KILL "${mirror_donors[1]}"; wait "${mirror_donors[1]}"; } 2>/dev/null || true
+echo "  killed the donor on :${mports[1]} (kill -9) two seconds into the run"
+if ! wait "$far_pid"; then cat "$work/mirror.out" "$work/mirror.log" >&2; echo "demo: the mirrored run failed" >&2; exit 1; fi
+sed 's/^/  /' "$work/mirror.out" | grep -E "copies|pages differ|longest touch"
+mirror_ok="$(grep -o '[0-9]* legs failed, [0-9]* rebuilt' "$work/mirror.out"), $(grep -o '[0-9]* pages lost' "$work/mirror.out"), $(grep -o 'longest touch while held: [0-9]* ms' "$work/mirror.out" | sed 's/longest touch while held: /pause /')"
+
 step "a cluster that manages itself (ACMS Figure 6, in a 3-node lab)"
 cluster_ok="skipped (needs root)"
 if [ "$(id -u)" = 0 ]; then
@@ -124,6 +145,7 @@ fi
 printf '  %-34s %s\n' "NBD: qemu-img in, nbdcopy out" "byte-identical ($in_sum)"
 printf '  %-34s %s\n' "NBD: fio 70/30 QD32" "$((r_iops + w_iops)) IOPS"
 printf '  %-34s %s\n' "wrong key" "refused"
+printf '  %-34s %s\n' "donor killed under a mirror" "$mirror_ok"
 printf '  %-34s %s\n' "cluster: lend, reclaim, borrow" "$cluster_ok"
 echo
 echo "demo: ok."
