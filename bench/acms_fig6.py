@@ -38,8 +38,10 @@ def set_prefix(prefix, subnet):
     NAMES = dict(zip(NODES, "ABC"))
     A, B, C = NODES
     LAB = f"/run/memlend-lab-{PREFIX}"
-JOB_SIZE = "256M"
-JOB_LOCAL = "32M"
+# The far-memory jobs; with --delay-ms they shrink to SLOW_JOB, since each
+# page of a random touch then costs a round trip of twice the delay.
+JOB = {"size": 256 << 20, "local": 32 << 20}
+SLOW_JOB = {"size": 64 << 20, "local": 16 << 20}
 
 
 def memlend(*args, check=True, capture=False, timeout=120):
@@ -122,10 +124,13 @@ def wait_for(what, pred, timeout_s):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def job(node, hold_s, log):
+def job(node, hold_s, log, slow_net):
     args = ["lab", "exec", node, "--", bin_path("memlend"), "far", "--pool", f"{LAB}/{node}.sock",
-            "--key", f"{LAB}/key", "--size", JOB_SIZE, "--local", JOB_LOCAL, "--hold-s", str(hold_s),
+            "--key", f"{LAB}/key", "--size", str(JOB["size"]), "--local", str(JOB["local"]), "--hold-s", str(hold_s),
             "--ssd", "/var/tmp"]
+    if slow_net:
+        # A random pass is one round trip per touch: minutes at 40 ms.
+        args += ["--random-passes", "0"]
     return subprocess.Popen([bin_path("memlend"), *args], stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
@@ -148,11 +153,15 @@ def drop_control_datagrams(pct):
                         "--mode", "random", "--probability", str(pct / 100), "-j", "DROP"], check=True)
 
 
-def scenario(out, loss_pct):
+def scenario(out, loss_pct, delay_ms):
     memlend("lab", "down", "--prefix", PREFIX, check=False)
     memlend("lab", "up", "3", "--mem", "1G", "--prefix", PREFIX, "--subnet", SUBNET)
     if loss_pct:
         drop_control_datagrams(loss_pct)
+    if delay_ms:
+        JOB.update(SLOW_JOB)
+        # Every packet, data and control, waits delay_ms at its receiver.
+        memlend("lab", "netem", *NODES, "--delay-ms", str(delay_ms))
     t0 = time.time()
     marks, handshakes = [], {}
 
@@ -166,11 +175,11 @@ def scenario(out, loss_pct):
     mark("B and C ballooned to 550M and 600M (neutral: busy, not short)")
     sampler = Sampler(t0)
     sampler.start()
-    wait_for("A to offer memory", lambda: (status(A) or {}).get("node", {}).get("available_bytes", 0) >= 256 << 20, 30)
+    wait_for("A to offer memory", lambda: (status(A) or {}).get("node", {}).get("available_bytes", 0) >= JOB["size"], 30)
     log_b = open(os.path.join(out, "job_b.log"), "w")
-    b = job(B, 35, log_b)
+    b = job(B, 35, log_b, delay_ms > 0)
     mark("B starts a far-memory job")
-    wait_for("B to borrow from A", lambda: (status(A) or {}).get("node", {}).get("lent_bytes", 0) >= 256 << 20, 30)
+    wait_for("B to borrow from A", lambda: (status(A) or {}).get("node", {}).get("lent_bytes", 0) >= JOB["size"], 30)
     mark("B borrows from A")
     time.sleep(8)
     memlend("balloon", "600M", "--node", A)
@@ -179,11 +188,11 @@ def scenario(out, loss_pct):
     mark("A has reclaimed everything")
     memlend("balloon", "0", "--node", C, "--release")
     mark("C's balloon released")
-    wait_for("C to offer memory", lambda: (status(C) or {}).get("node", {}).get("available_bytes", 0) >= 256 << 20, 30)
+    wait_for("C to offer memory", lambda: (status(C) or {}).get("node", {}).get("available_bytes", 0) >= JOB["size"], 30)
     log_a = open(os.path.join(out, "job_a.log"), "w")
-    a = job(A, 15, log_a)
+    a = job(A, 15, log_a, delay_ms > 0)
     mark("A starts a far-memory job of its own")
-    wait_for("A to borrow from C", lambda: (status(C) or {}).get("node", {}).get("lent_bytes", 0) >= 256 << 20, 30)
+    wait_for("A to borrow from C", lambda: (status(C) or {}).get("node", {}).get("lent_bytes", 0) >= JOB["size"], 30)
     mark("A borrows from C")
     rc_b, rc_a = b.wait(timeout=180), a.wait(timeout=180)
     mark(f"jobs done (B exit {rc_b}, A exit {rc_a})")
@@ -266,18 +275,36 @@ def check(rows, rcs, out):
     return failures
 
 
+def diagnose(out):
+    """What a failed run leaves to read: each node's status and the jobs' logs."""
+    for n in NODES:
+        print(f"--- status of {NAMES[n]} ({n}):\n{json.dumps(status(n), indent=1)}", flush=True)
+    logs = [os.path.join(out, "job_b.log"), os.path.join(out, "job_a.log")]
+    logs += [f"{LAB}/{n}.log" for n in NODES]
+    for log in logs:
+        try:
+            tail = open(log).read().splitlines()[-40:]
+            print(f"--- {log} (last 40 lines):\n" + "\n".join(tail), flush=True)
+        except OSError:
+            pass
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "acms_fig6"))
     ap.add_argument("--loss-pct", type=float, default=0, help="drop this share of control datagrams at every node")
+    ap.add_argument("--delay-ms", type=int, default=0, help="delay every packet this long at its receiver")
     ap.add_argument("--prefix", default=PREFIX)
     ap.add_argument("--subnet", default=SUBNET)
     args = ap.parse_args()
     set_prefix(args.prefix, args.subnet)
     os.makedirs(args.out, exist_ok=True)
     try:
-        rows, marks, rcs, t0_wall, handshakes = scenario(args.out, args.loss_pct)
+        rows, marks, rcs, t0_wall, handshakes = scenario(args.out, args.loss_pct, args.delay_ms)
         msgs = timelines()
+    except BaseException:
+        diagnose(args.out)
+        raise
     finally:
         memlend("lab", "down", "--prefix", PREFIX, check=False)
     failures = check(rows, rcs, args.out)

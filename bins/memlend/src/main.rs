@@ -44,6 +44,8 @@ enum Cmd {
     Balloon(balloon::BalloonArgs),
     #[command(hide = true)]
     BalloonHold(balloon::HoldArgs),
+    #[command(hide = true)]
+    NetemHold(lab::delayer::HoldArgs),
 }
 
 fn main() {
@@ -61,6 +63,7 @@ fn main() {
         Cmd::Lab(a) => lab::run(&a),
         Cmd::Balloon(a) => balloon::run(&a),
         Cmd::BalloonHold(a) => balloon::hold(&a),
+        Cmd::NetemHold(a) => lab::delayer::hold(&a),
     };
     if let Err(e) = result {
         eprintln!("memlend: {e:#}");

@@ -443,10 +443,13 @@ fn acms_figure6_scenario_in_the_lab() {
     figure6(&["--prefix", "f6", "--subnet", "10.78.0.0/24"]);
 }
 
-/// The same story with 5% of control datagrams lost at every node.
+/// The same story with 5% of control datagrams lost at every node, and
+/// every packet (control and data) held 20 ms by its receiver: a round trip
+/// of 40 ms (`memlend lab netem`).
 #[test]
-fn acms_figure6_scenario_with_5pct_control_loss() {
-    figure6(&["--prefix", "f6l", "--subnet", "10.79.0.0/24", "--loss-pct", "5"]);
+fn acms_figure6_scenario_with_5pct_control_loss_and_20ms_delay() {
+    let args = ["--prefix", "f6l", "--subnet", "10.79.0.0/24", "--loss-pct", "5"];
+    figure6(&[&args[..], &["--delay-ms", "20"]].concat());
 }
 
 fn figure6(args: &[&str]) {

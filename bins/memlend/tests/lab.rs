@@ -11,6 +11,8 @@ use labkit::{cgroup_file, memlend, ok, text, Lab, MEMLEND};
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 const CGROUPS: &str = "/sys/fs/cgroup/memory/memlend-lab";
 /// The UDP helper's job, set when this test binary is re-run in a node.
@@ -32,8 +34,12 @@ fn assert_no_trace(prefix: &str) {
     );
     assert!(!Path::new(&format!("/run/memlend-lab-{prefix}")).exists(), "state dir left");
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-    let held = text(&ps.stdout).lines().any(|l| l.contains("balloon-hold") && l.contains(prefix));
-    assert!(!held, "a balloon of {prefix} is still running");
+    // A holder's command line names its lab's state directory.
+    let dir = format!("/run/memlend-lab-{prefix}/");
+    for holder in ["balloon-hold", "netem-hold"] {
+        let held = text(&ps.stdout).lines().any(|l| l.contains(holder) && l.contains(&dir));
+        assert!(!held, "a {holder} of {prefix} is still running");
+    }
 }
 
 /// Re-run this test binary's UDP helper inside `node` via `lab exec`.
@@ -130,4 +136,91 @@ fn down_without_the_state_file_still_removes_everything_including_a_balloon() {
     std::fs::remove_file("/run/memlend-lab-tlost/lab.json").unwrap();
     ok(&["lab", "down", "--prefix", "tlost"]);
     assert_no_trace("tlost");
+}
+
+/// Move this thread (only) into `node`'s network namespace.
+fn enter(node: &str) {
+    let ns = std::fs::File::open(format!("/run/netns/{node}")).unwrap();
+    // SAFETY: setns(2) on a namespace descriptor we own; it changes only the
+    // calling thread's network namespace and touches no memory of ours.
+    let rc = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns {node}: {}", std::io::Error::last_os_error());
+}
+
+/// `n` UDP round trips from `from` to an echo in `to` (10.77.0.12:7420),
+/// each given `timeout`: (median round trip in ms, how many were lost).
+fn round_trips(from: &str, n: usize, timeout: Duration) -> (f64, usize) {
+    let from = from.to_string();
+    std::thread::spawn(move || {
+        enter(&from);
+        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+        sock.set_read_timeout(Some(timeout)).unwrap();
+        let (mut rtts, mut lost, mut buf) = (Vec::new(), 0, [0u8; 16]);
+        for i in 0..n as u64 {
+            let t = std::time::Instant::now();
+            sock.send_to(&i.to_le_bytes(), "10.77.0.12:7420").unwrap();
+            // A late echo of an earlier probe is not this one's answer.
+            let answered = loop {
+                match sock.recv(&mut buf) {
+                    Ok(8) if buf[..8] == i.to_le_bytes() => break true,
+                    Ok(_) => continue,
+                    Err(_) => break false,
+                }
+            };
+            match answered {
+                true => rtts.push(t.elapsed().as_secs_f64() * 1e3),
+                false => lost += 1,
+            }
+        }
+        rtts.sort_by(f64::total_cmp);
+        (rtts.get(rtts.len() / 2).copied().unwrap_or(f64::NAN), lost)
+    })
+    .join()
+    .unwrap()
+}
+
+/// tc netem's job without sch_netem: packets arriving at a shaped node are
+/// held (a round trip between two shaped nodes grows by twice the delay)
+/// or dropped; --clear and lab down undo it.
+#[test]
+fn netem_delays_and_drops_arriving_packets_and_clear_undoes_it() {
+    need_lab!();
+    let lab = Lab::up("tdly", 2, "256M");
+    let (a, b) = (lab.node(1), lab.node(2));
+    let (echo_node, stop) = (b.clone(), Arc::new(AtomicBool::new(false)));
+    let stopped = Arc::clone(&stop);
+    let echo = std::thread::spawn(move || {
+        enter(&echo_node);
+        let sock = UdpSocket::bind("0.0.0.0:7420").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let mut buf = [0u8; 16];
+        while !stopped.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                let _ = sock.send_to(&buf[..n], from);
+            }
+        }
+    });
+    let (base_ms, lost) = round_trips(&a, 20, Duration::from_secs(1));
+    assert!(base_ms < 5.0 && lost == 0, "unshaped: {base_ms} ms, {lost} lost");
+
+    ok(&["lab", "netem", &a, &b, "--delay-ms", "20"]);
+    let (slow_ms, lost) = round_trips(&a, 20, Duration::from_secs(1));
+    assert!((40.0..60.0).contains(&slow_ms) && lost == 0, "20 ms each way: {slow_ms} ms, {lost}");
+
+    // 30% at each end: a round trip survives with p = 0.49.
+    ok(&["lab", "netem", &a, &b, "--loss-pct", "30"]);
+    let (_, lost) = round_trips(&a, 100, Duration::from_millis(100));
+    assert!((25..=80).contains(&lost), "30% loss each way lost {lost} of 100 round trips");
+
+    ok(&["lab", "netem", &a, &b, "--clear"]);
+    let (after_ms, lost) = round_trips(&a, 20, Duration::from_secs(1));
+    assert!(after_ms < 5.0 && lost == 0, "cleared: {after_ms} ms, {lost} lost");
+
+    let bad = memlend(&["lab", "netem", &a, "--delay-ms", "10001"]);
+    assert!(!bad.status.success() && text(&bad.stderr).contains("10000"));
+    ok(&["lab", "netem", &a, "--delay-ms", "5"]);
+    stop.store(true, Ordering::Relaxed);
+    echo.join().unwrap(); // out of the namespace before it goes
+    ok(&["lab", "down", "--prefix", "tdly"]);
+    assert_no_trace("tdly");
 }

@@ -15,8 +15,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long to wait for the cluster to answer a demand.
-pub const WANT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long to wait for the cluster to lend the whole region.
+pub const WANT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The first pause before asking again for what the cluster could not lend.
+const WANT_RETRY_FIRST: Duration = Duration::from_millis(250);
+const WANT_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// One lease (or a home store) inside the region.
 pub struct Member {
@@ -34,9 +37,10 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
     let got: u64 = grants.iter().map(|g| g.bytes).sum::<u64>() / PAGE_SIZE as u64;
     if got < pages {
         bail!(
-            "the cluster lent {} of the {} asked: no donor has room now",
+            "the cluster lent {} of the {} asked in {} s: no donor has room now",
             crate::human_pages(got),
-            crate::human_pages(pages)
+            crate::human_pages(pages),
+            WANT_TIMEOUT.as_secs()
         );
     }
     let backed = p.redundancy == Redundancy::Ssd;
@@ -96,29 +100,46 @@ pub fn member(lease: Option<(u64, u64)>, donor_name: &str, store: Arc<dyn PageSt
     Member { lease, donor_name: donor_name.to_string(), pages, reloc, stats }
 }
 
-/// Ask for `bytes`; collect leases until they cover it, the daemon says it
-/// cannot, or `timeout` passes. Other lines are returned to nobody: this
-/// runs before the reclaim thread exists.
+/// Ask for `bytes`; collect leases until they cover it or `timeout` passes.
+/// An `Unmet` is not final: the cluster moves (a new server's heartbeat not
+/// yet heard here, a donor between two samples), so the unmet part is asked
+/// for again after a pause that doubles up to `WANT_RETRY_MAX`. Other lines
+/// are returned to nobody: this runs before the reclaim thread exists.
 pub fn want(client: &mut Client, bytes: u64, timeout: Duration) -> Result<Vec<LeaseGrant>> {
     client.ask(&Ask::Want { bytes })?;
     let start = Instant::now();
     let mut grants = Vec::new();
     let mut got = 0;
+    let mut pause = WANT_RETRY_FIRST;
     while got < bytes {
-        let left =
-            timeout.checked_sub(start.elapsed()).context("memlendd did not answer in time")?;
-        match client.next(Some(left.max(Duration::from_millis(1))))? {
+        let Some(left) = timeout.checked_sub(start.elapsed()) else { break };
+        let tell = match client.next(Some(left.max(Duration::from_millis(1)))) {
+            Err(e) if is_timeout(&e) => break,
+            other => other?,
+        };
+        match tell {
             Some(Tell::Lease(g)) => {
                 got += g.bytes;
                 grants.push(g);
             }
-            Some(Tell::Unmet { .. }) => break,
+            Some(Tell::Unmet { bytes: unmet }) => {
+                if start.elapsed() + pause >= timeout {
+                    break;
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(WANT_RETRY_MAX);
+                client.ask(&Ask::Want { bytes: unmet })?;
+            }
             Some(Tell::Error { message }) => bail!("memlendd: {message}"),
             Some(_) => {}
             None => bail!("memlendd closed the connection"),
         }
     }
     Ok(grants)
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
 }
 
 pub fn open_lease(g: &LeaseGrant, cfg: &ClientConfig) -> Result<Arc<dyn PageStore>> {

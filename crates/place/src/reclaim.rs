@@ -8,7 +8,7 @@ use crate::pool::{open_lease, Member};
 use anyhow::Result;
 use memlend_pool::api::{Ask, Client, LeaseGrant, Tell};
 use memlend_remote::ClientConfig;
-use memlend_store::layer::relocate::{Progress, RelocateOptions};
+use memlend_store::layer::relocate::{self, Progress, RelocateOptions};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::collections::VecDeque;
@@ -110,7 +110,12 @@ impl Ear {
                 }
             },
         };
-        let opts = RelocateOptions { deadline: Some(deadline), ..RelocateOptions::default() };
+        // Big batches: each costs one round trip to the donor (the remote
+        // store pipelines its pieces), so 4 MiB batches keep a 40 ms link
+        // busy where 256 KiB ones moved 3 MB/s. Writers to a batch's pages
+        // wait for it, a few ms on a LAN.
+        let opts =
+            RelocateOptions { deadline: Some(deadline), batch_pages: relocate::MAX_BATCH_PAGES };
         let progress = |p: Progress| {
             if p.pages_copied.is_multiple_of(16_384) || p.pages_copied == p.pages_total {
                 tracing::info!(copied = p.pages_copied, total = p.pages_total, "moving pages");

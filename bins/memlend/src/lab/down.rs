@@ -69,7 +69,11 @@ fn lab_pids(prefix: &str, namespaces: &[String], cgroups: &[String], dir: &Path)
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let what = if name.ends_with(".balloon.pid") { "balloon-hold" } else { "memlendd" };
+            let what = match () {
+                _ if name.ends_with(".balloon.pid") => "balloon-hold",
+                _ if name.ends_with(".netem.pid") => "netem-hold",
+                _ => "memlendd",
+            };
             if name.starts_with(prefix) && name.ends_with(".pid") {
                 pids.extend(procs::read_pid(&entry.path(), what));
             }

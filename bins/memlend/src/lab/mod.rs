@@ -4,9 +4,11 @@
 
 mod cgroup;
 mod daemon;
+pub mod delayer;
 mod down;
 mod names;
 mod net;
+mod netem;
 pub mod procs;
 pub mod state;
 mod status;
@@ -43,6 +45,9 @@ enum LabCmd {
     },
     /// Nodes, addresses, daemons, balloons, and cgroup memory use.
     Status(PrefixArgs),
+    /// Delay and drop packets arriving at nodes, as tc netem would (this
+    /// kernel has none): an NFQUEUE holder in each node. `--clear` undoes.
+    Netem(netem::NetemArgs),
 }
 
 #[derive(Args, Debug)]
@@ -79,6 +84,7 @@ pub fn run(a: &LabArgs) -> Result<()> {
         LabCmd::Down(p) => down::run(&p.prefix),
         LabCmd::Status(p) => status::run(&p.prefix),
         LabCmd::Exec { node, cmd } => exec(node, cmd),
+        LabCmd::Netem(n) => netem::run(n),
     }
 }
 
