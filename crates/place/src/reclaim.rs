@@ -9,10 +9,11 @@ use anyhow::Result;
 use memlend_pool::api::{Ask, Client, LeaseGrant, Tell};
 use memlend_remote::ClientConfig;
 use memlend_store::layer::relocate::{self, Progress, RelocateOptions};
+use memlend_store::layer::Lost;
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,9 +78,7 @@ impl Ear {
                 Some(Tell::Lost { donor, lease, why }) if self.backed => {
                     tracing::warn!(donor, lease, %why, "a lease was lost: its pages are read from their SSD copy");
                 }
-                Some(Tell::Lost { donor, lease, why }) => {
-                    tracing::error!(donor, lease, %why, "a lease was lost: its pages can no longer be read");
-                }
+                Some(Tell::Lost { donor, lease, why }) => self.lost(donor, lease, &why),
                 _ => {}
             }
             if Instant::now() >= next_report {
@@ -102,7 +101,7 @@ impl Ear {
         let wait = Duration::from_millis(deadline_ms / 4).min(Duration::from_secs(5));
         let (target, to, new_lease) = match self.replacement(pages, wait) {
             Some((store, g)) => (store, g.donor_name.clone(), Some((g.donor, g.lease))),
-            None => match self.home_store(pages) {
+            None => match home_store(self.home.as_deref(), pages) {
                 Ok((s, name)) => (s, name, None),
                 Err(e) => {
                     tracing::error!(error = %e, "no place to move reclaimed pages to");
@@ -140,6 +139,29 @@ impl Ear {
                     let _ = self.client.ask(&Ask::Release { donor: d, lease: l });
                 }
             }
+        }
+    }
+
+    /// A lease with no other copy is gone: its pages now fail at once when
+    /// read (SIGBUS at the page, not a retry against a slab that no longer
+    /// exists), and new writes go home, so eviction keeps working.
+    fn lost(&mut self, donor: u64, lease: u64, why: &str) {
+        tracing::error!(donor, lease, %why, "a lease was lost: its pages can no longer be read");
+        let Some(m) = self.members.iter_mut().find(|m| m.lease == Some((donor, lease))) else {
+            return;
+        };
+        let why = format!("lease {lease} from {} was lost ({why})", m.donor_name);
+        let home = match home_store(self.home.as_deref(), m.pages) {
+            Ok((s, _)) => s,
+            Err(e) => return tracing::error!(error = %e, "no home for a lost lease's new writes"),
+        };
+        let stand_in = Lost::new(home, m.pages, &why).map_err(anyhow::Error::from);
+        match stand_in.and_then(|l| Ok(m.reloc.replace(Arc::new(l))?)) {
+            Ok(_gone) => {
+                m.lease = None;
+                eprintln!("memlend: {why}: reading one of its {} pages now raises SIGBUS", m.pages);
+            }
+            Err(e) => tracing::error!(error = %e, "cannot stand in for a lost lease"),
         }
     }
 
@@ -186,15 +208,6 @@ impl Ear {
         }
     }
 
-    fn home_store(&self, pages: u64) -> Result<(Arc<dyn PageStore>, String)> {
-        if let Some(dir) = &self.home {
-            let o = crate::ssd::open(dir, Some(pages))?;
-            return Ok((o.store, format!("home ({})", o.describe)));
-        }
-        let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, RamOptions::default())?);
-        Ok((s, "home (RAM)".into()))
-    }
-
     fn report_activity(&mut self) {
         for (i, m) in self.members.iter().enumerate() {
             let snap = m.stats.snapshot();
@@ -210,6 +223,16 @@ impl Ear {
             }
         }
     }
+}
+
+/// Where pages go when no donor takes them: the SSD directory, else RAM.
+fn home_store(dir: Option<&Path>, pages: u64) -> Result<(Arc<dyn PageStore>, String)> {
+    if let Some(dir) = dir {
+        let o = crate::ssd::open(dir, Some(pages))?;
+        return Ok((o.store, format!("home ({})", o.describe)));
+    }
+    let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, RamOptions::default())?);
+    Ok((s, "home (RAM)".into()))
 }
 
 /// Nothing came, and the daemon is still there. A read with a timeout is

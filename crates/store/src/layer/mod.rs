@@ -6,7 +6,8 @@
 //! only ciphertext, `stats` counts and times every operation, `stripe`
 //! spreads pages over several stores (donors), `concat` joins stores of
 //! any sizes end to end (leases), `mirror` keeps every page on two or more
-//! stores and rebuilds a lost copy, `relocate` moves pages while in use. The inner
+//! stores and rebuilds a lost copy, `relocate` moves pages while in use,
+//! `lost` stands in for a store whose pages are gone. The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
 //!
@@ -20,6 +21,7 @@ pub mod erasure;
 mod fan_out;
 #[cfg(test)]
 mod flaky;
+pub mod lost;
 pub mod mirror;
 pub mod relocate;
 pub mod stats;
@@ -30,6 +32,7 @@ pub use checksum::Checksum;
 pub use concat::Concat;
 pub use crypt::Crypt;
 pub use erasure::{Erasure, ErasureStats};
+pub use lost::Lost;
 pub use mirror::{Mirror, MirrorOptions, MirrorStats};
 pub use relocate::Relocatable;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};

@@ -112,6 +112,19 @@ impl Relocatable {
         Arc::clone(&self.state.read().current)
     }
 
+    /// Put `store` in the current one's place at once, copying nothing: for
+    /// a store whose pages are gone anyway. Returns the old store.
+    pub fn replace(&self, store: Arc<dyn PageStore>) -> Result<Arc<dyn PageStore>, RelocateError> {
+        let _one = self.busy.try_lock().ok_or(RelocateError::Busy)?;
+        let mut st = self.state.write();
+        let (have, needed) = (store.info().pages, st.current.info().pages);
+        if have < needed {
+            return Err(RelocateError::TooSmall { target: have, needed });
+        }
+        assert!(st.moving.is_none(), "a move holds the busy lock");
+        Ok(std::mem::replace(&mut st.current, store))
+    }
+
     /// Ask a running relocation to stop (it returns `Cancelled`).
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Release);

@@ -190,6 +190,18 @@ fn only_one_move_at_a_time() {
     assert!(matches!(t.join().unwrap(), Err(RelocateError::Cancelled { .. })));
 }
 
+#[test]
+fn replace_swaps_at_once_and_refuses_a_smaller_store() {
+    let r = Relocatable::new(ram(64));
+    r.write(&[WriteOp { page: 3, data: &content(3, 1) }]).unwrap();
+    assert!(matches!(r.replace(ram(32)), Err(RelocateError::TooSmall { target: 32, needed: 64 })));
+    let old = r.replace(ram(64)).unwrap();
+    assert!(read_page(&*old, 3) == content(3, 1));
+    assert!(read_page(&r, 3) == vec![0; PAGE_SIZE], "nothing is copied");
+    r.write(&[WriteOp { page: 3, data: &content(3, 2) }]).unwrap();
+    assert!(read_page(&*old, 3) == content(3, 1), "writes go to the new store only");
+}
+
 /// Not a timed test: prints what the layer adds to a 4 KiB read.
 #[test]
 fn fast_path_cost() {
