@@ -56,7 +56,9 @@ impl Handler {
     /// batches, so a fault waits for one batch at most.
     pub(crate) fn evict_ahead(&mut self) {
         let before = self.table.resident();
-        self.evict(AHEAD_BATCH_PAGES.min(self.staging.len_bytes() / PAGE_SIZE));
+        // On a slow store any write costs a round trip: take a whole batch.
+        let pages = if self.batch.slow() { self.batch.pages() } else { AHEAD_BATCH_PAGES };
+        self.evict(pages.min(self.batch.pages()));
         Counters::add(&self.counters.eviction_batches_ahead, 1);
         self.headroom_stalled = self.table.resident() >= before;
         self.publish_resident();
@@ -71,7 +73,7 @@ impl Handler {
     /// Move the oldest pages out of the region, write them to the store in
     /// one call, and settle each one's state.
     pub(crate) fn evict_batch(&mut self) {
-        self.evict(self.staging.len_bytes() / PAGE_SIZE);
+        self.evict(self.batch.pages());
     }
 
     /// Evict up to `batch_pages` (at most the staging size).
@@ -87,7 +89,12 @@ impl Handler {
         let mut dirty = std::mem::take(&mut self.dirty);
         let (clean, zero) = self.sort_staged(&victims[..staged], &mut dirty);
         self.drop_clean(&clean);
-        match write_back(self.store.as_ref(), &self.staging, &dirty) {
+        let started = std::time::Instant::now();
+        let written = write_back(self.store.as_ref(), &self.staging, &dirty);
+        if written.is_ok() && !dirty.is_empty() {
+            self.batch.observe(dirty.len(), started.elapsed());
+        }
+        match written {
             Ok(()) => {
                 for &(_, page) in &dirty {
                     self.table.evicted(page);

@@ -56,6 +56,9 @@ pub(crate) struct Handler {
     pub page_buf: Vec<u8>,
     /// One page of zeroes, copied in for write faults on empty pages.
     pub zero_page: Vec<u8>,
+    /// Pages per eviction batch, adapted to the store's write latency;
+    /// `staging` has room for its maximum.
+    pub batch: crate::batch::BatchSize,
     pub victims: Vec<u32>,
     /// Scratch for an eviction batch: (staging slot, page) of dirty pages
     /// with data.

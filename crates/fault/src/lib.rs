@@ -14,6 +14,7 @@
 //! The `unsafe` code is at two edges: `uffd` (the userfaultfd ioctls) and
 //! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.
 
+mod batch;
 mod discards;
 mod error;
 mod events;

@@ -69,7 +69,7 @@ impl Handler {
 
     /// Evict until `count` more pages fit in the budget; how many fit.
     fn room_for(&mut self, count: usize) -> usize {
-        let batch_pages = self.staging.len_bytes() / PAGE_SIZE;
+        let batch_pages = self.batch.pages();
         // Each batch frees up to `batch_pages`; a batch that frees none
         // (every victim kept) ends the loop through the bound.
         for _ in 0..count.div_ceil(batch_pages) + 1 {

@@ -1,5 +1,6 @@
 //! `Region`: the mapping, its userfaultfd registration and its handler thread.
 
+use crate::batch::BatchSize;
 use crate::discards::Discards;
 use crate::error::{FaultError, Result};
 use crate::handler::Handler;
@@ -98,8 +99,8 @@ impl Region {
     ) -> Result<Region> {
         let pages = check_config(&config, store.info().pages)?;
         let map = Mapping::new(pages as usize).map_err(FaultError::os("mmap region"))?;
-        let staging =
-            Mapping::new(config.evict_batch_pages).map_err(FaultError::os("mmap staging"))?;
+        let batch = BatchSize::new(config.evict_batch_pages, config.budget_pages);
+        let staging = Mapping::new(batch.max()).map_err(FaultError::os("mmap staging"))?;
         let uffd = Uffd::open_region().map_err(FaultError::os("open userfaultfd"))?;
         uffd.register(map.addr(), map.len_bytes(), true)
             .map_err(FaultError::os("register region"))?;
@@ -122,8 +123,9 @@ impl Region {
             staging,
             page_buf: vec![0; PAGE_SIZE],
             zero_page: vec![0; PAGE_SIZE],
-            victims: Vec::with_capacity(config.evict_batch_pages),
-            dirty: Vec::with_capacity(config.evict_batch_pages),
+            victims: Vec::with_capacity(batch.max()),
+            dirty: Vec::with_capacity(batch.max()),
+            batch,
             deferred: Vec::new(),
             trend: Trend::new(tuning.prefetch_max_pages.min(config.budget_pages / 4)),
             prefetch_pages: Vec::new(),

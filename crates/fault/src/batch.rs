@@ -1,0 +1,88 @@
+//! How many pages an eviction batch takes. Each batch is one store write.
+//! On a fast store (RAM, the SSD file, a donor on the LAN) a small batch
+//! keeps the wait of a fault behind it short. On a slow one (a donor 40 ms
+//! away) a batch costs a round trip whatever its size, so small batches cap
+//! write-back at a few hundred pages a second. So the size doubles after a
+//! slow write and halves after a fast one, between the configured size and
+//! a maximum.
+
+use std::time::Duration;
+
+/// A write at least this slow is dominated by latency: batch more.
+const SLOW_WRITE: Duration = Duration::from_millis(2);
+/// A write this fast needs no more than the base batch.
+const FAST_WRITE: Duration = Duration::from_micros(500);
+/// The most pages one adaptive batch may take, and at most this share of
+/// the budget (a batch leaves that much of the budget empty for a moment).
+pub(crate) const MAX_BATCH_PAGES: usize = 1024;
+const MAX_BUDGET_SHARE: usize = 8;
+
+#[derive(Debug)]
+pub(crate) struct BatchSize {
+    now: usize,
+    base: usize,
+    max: usize,
+}
+
+impl BatchSize {
+    pub(crate) fn new(base: usize, budget_pages: usize) -> BatchSize {
+        assert!(base >= 1, "checked by the region's config");
+        let max = MAX_BATCH_PAGES.min(budget_pages / MAX_BUDGET_SHARE).max(base);
+        BatchSize { now: base, base, max }
+    }
+
+    pub(crate) fn pages(&self) -> usize {
+        self.now
+    }
+
+    /// The most `pages` can ever be: the staging mapping's size.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Whether the store has proved slow (batches above the base).
+    pub(crate) fn slow(&self) -> bool {
+        self.now > self.base
+    }
+
+    /// A write-back of `written` pages took `took`.
+    pub(crate) fn observe(&mut self, written: usize, took: Duration) {
+        if took >= SLOW_WRITE {
+            self.now = (self.now * 2).min(self.max);
+        } else if took <= FAST_WRITE && written * 2 >= self.now {
+            self.now = (self.now / 2).max(self.base);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_on_slow_writes_shrinks_on_fast_ones_within_bounds() {
+        let mut b = BatchSize::new(32, 65536);
+        assert_eq!((b.pages(), b.max(), b.slow()), (32, 1024, false));
+        for _ in 0..10 {
+            b.observe(b.pages(), Duration::from_millis(40));
+        }
+        assert_eq!(b.pages(), 1024);
+        assert!(b.slow());
+        // A small write that was fast says little about a big batch.
+        b.observe(8, Duration::from_micros(100));
+        assert_eq!(b.pages(), 1024);
+        for _ in 0..10 {
+            b.observe(b.pages(), Duration::from_micros(100));
+        }
+        assert_eq!(b.pages(), 32);
+        // In between: nothing changes.
+        b.observe(32, Duration::from_millis(1));
+        assert_eq!(b.pages(), 32);
+    }
+
+    #[test]
+    fn a_small_budget_caps_the_batch_but_never_below_the_base() {
+        assert_eq!(BatchSize::new(32, 4096).max(), 512);
+        assert_eq!(BatchSize::new(32, 64).max(), 32);
+    }
+}
