@@ -32,6 +32,10 @@ cell to cell so drift in machine load favours none):
                  memlend, memlendd and libmemlend_preload.so are copied out of
                  target/release when the run starts, so one run is one build
                  (their mtimes are in the JSON).
+  memlend-donors2, memlend-donors3
+                 the same over 2 or 3 loopback donors (--donor repeated: pages
+                 striped in 256 KiB chunks), each lending 1/n of the region.
+                 Not in the default set: --peers local,memlend-donor,memlend-donors2,...
   memlend-ssd    `memlend run --local BUDGET --ssd DIR -- touch ...`, DIR on
                  the same disk as the swapfile. The cache+ column checks that
                  its "far" pages really leave RAM: before commit 4340e51 the
@@ -93,8 +97,17 @@ import common  # noqa: E402
 from report import Column, report  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PEERS = ["local", "swap-disk", "zram", "memlend-donor", "memlend-ssd", "memlend-ssd-cg"]
-DEFAULT_PEERS = PEERS
+PEERS = ["local", "swap-disk", "zram", "memlend-donor", "memlend-donors2", "memlend-donors3", "memlend-ssd",
+         "memlend-ssd-cg"]
+# The striped peers answer "1 to 3 donors"; ask for them with --peers.
+DEFAULT_PEERS = [p for p in PEERS if not p.startswith("memlend-donors")]
+
+
+def donor_count(peer):
+    """How many loopback donors a memlend peer stripes over (0: none)."""
+    if peer == "memlend-donor":
+        return 1
+    return int(peer[len("memlend-donors"):]) if peer.startswith("memlend-donors") else 0
 PATTERNS = ["uniform", "zipf", "seq"]
 CG_ROOT = "/sys/fs/cgroup/memory"
 ZRAM = "/sys/block/zram0"
@@ -431,8 +444,9 @@ def run_cell(peer, size, budget, pattern, a, touch, machine, skips):
     if skips.get(peer):
         row["note"] = "skipped: " + skips[peer].split(" (")[0][:70]
         return row
-    # RAM this run needs: the region, plus what zram or the loopback donor keeps in RAM
-    need = size + 512 * MIB + ((size - budget) if peer in ("zram", "memlend-donor") else 0)
+    # RAM this run needs: the region once. The program keeps its budget; zram or the
+    # loopback donors keep the rest (incompressible data: zram saves nothing).
+    need = size + 512 * MIB
     avail = common.meminfo_mib("MemAvailable") * MIB
     if avail < need:
         row["note"] = f"skipped: MemAvailable {avail / GIB:.1f} GiB < {need / GIB:.1f} GiB needed"
@@ -448,7 +462,7 @@ def run_cell(peer, size, budget, pattern, a, touch, machine, skips):
     argv = [touch] + targs
     cgroup = None
     swap_tok = None
-    daemon = None
+    daemons = []
     memlend = BIN.get("memlend")
     # memlend's --local counts far pages only; the malloc'd block is a page larger than the
     # region (its header), so give it one MiB more: at exactly the region's size a sequential
@@ -461,11 +475,16 @@ def run_cell(peer, size, budget, pattern, a, touch, machine, skips):
             machine.set_limit(limit)
             cgroup = machine.cg
             row["cg_limit_mib"] = limit // MIB
-        elif peer == "memlend-donor":
-            port = common.free_port()
-            daemon = Donor(human(size + 512 * MIB), port)
-            argv = [memlend, "run", "--local", local, "--preload", BIN["libmemlend_preload.so"],
-                    "--donor", f"127.0.0.1:{port}", "--insecure", "--"] + argv
+        elif donor_count(peer):
+            # Striped in 256 KiB chunks: each donor holds about 1/n of the region.
+            n = donor_count(peer)
+            donors = []
+            for _ in range(n):
+                port = common.free_port()
+                daemons.append(Donor(human(size // n + 512 * MIB), port))
+                donors += ["--donor", f"127.0.0.1:{port}"]
+            argv = [memlend, "run", "--local", local, "--preload", BIN["libmemlend_preload.so"]] + donors + \
+                ["--insecure", "--"] + argv
         elif peer in ("memlend-ssd", "memlend-ssd-cg"):
             ssd_dir = os.path.join(machine.workdir, "ssd")
             os.makedirs(ssd_dir, exist_ok=True)
@@ -495,7 +514,7 @@ def run_cell(peer, size, budget, pattern, a, touch, machine, skips):
             row["pswpin"] = vm1["pswpin"] - vm0["pswpin"]
             row["pswpout"] = vm1["pswpout"] - vm0["pswpout"]
     finally:
-        if daemon is not None:
+        for daemon in daemons:
             daemon.stop()
         if swap_tok is not None:
             machine.swap_off(peer, swap_tok)
@@ -639,6 +658,7 @@ def targets(rows, fl):
 
 
 COLORS = {"local": "#555555", "swap-disk": "#c0392b", "zram": "#e67e22", "memlend-donor": "#2471a3",
+          "memlend-donors2": "#5dade2", "memlend-donors3": "#a9cce3",
           "memlend-ssd": "#17a589", "memlend-ssd-cg": "#0b5345"}
 
 

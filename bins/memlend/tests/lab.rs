@@ -189,10 +189,12 @@ fn netem_delays_and_drops_arriving_packets_and_clear_undoes_it() {
     let (a, b) = (lab.node(1), lab.node(2));
     let (echo_node, stop) = (b.clone(), Arc::new(AtomicBool::new(false)));
     let stopped = Arc::clone(&stop);
+    let (bound_tx, bound) = std::sync::mpsc::channel();
     let echo = std::thread::spawn(move || {
         enter(&echo_node);
         let sock = UdpSocket::bind("0.0.0.0:7420").unwrap();
         sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        bound_tx.send(()).unwrap();
         let mut buf = [0u8; 16];
         while !stopped.load(Ordering::Relaxed) {
             if let Ok((n, from)) = sock.recv_from(&mut buf) {
@@ -200,6 +202,7 @@ fn netem_delays_and_drops_arriving_packets_and_clear_undoes_it() {
             }
         }
     });
+    bound.recv().unwrap(); // a probe before the bind would be lost
     let (base_ms, lost) = round_trips(&a, 20, Duration::from_secs(1));
     assert!(base_ms < 5.0 && lost == 0, "unshaped: {base_ms} ms, {lost} lost");
 
