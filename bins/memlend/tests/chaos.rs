@@ -284,6 +284,43 @@ fn five_percent_loss_with_50ms_delay_loses_nothing() {
     redundant_run(&c, "16M", &["--redundancy", "mirror"], name, |_| {});
 }
 
+/// Exactly once, in the lab, with no second copy anywhere: the donor's end
+/// of the borrower's connections is destroyed (`ss -K`, so the borrower
+/// gets a reset) four times while it touches and checks pages, then the
+/// donor's link goes down for 2 s. Each cut must end in a resumed session
+/// (unanswered requests sent again, none applied twice) and every page
+/// must read back.
+#[test]
+fn cut_connections_and_a_link_down_lose_no_write_and_double_none() {
+    chaos_test!();
+    let c = Cluster::up("ccut", 7);
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &c.lab.node(1), MEMLEND, "far", "--insecure"])
+        .args(["--donor", &c.addr(2), "--size", "64M", "--local", "8M"])
+        .args(["--random-passes", "0", "--hold-s", "8"]);
+    let (mut far, rx) = spawn_lines(cmd);
+    let mut seen = Vec::new();
+    wait_line(&rx, "held 1 s", &mut seen);
+    for _ in 0..4 {
+        let kill = ["ss", "-K", "-t", "sport", "=", &format!(":{PORT}")];
+        assert!(c.in_node(2, &kill));
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let veth = format!("{}-v2", c.lab.prefix);
+    let link = |state: &str| Command::new("ip").args(["link", "set", &veth, state]).status();
+    assert!(link("down").unwrap().success());
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(link("up").unwrap().success());
+    wait_line(&rx, "pages differ", &mut seen);
+    let status = far.0.wait().unwrap();
+    let all = seen.join("\n");
+    assert!(status.success(), "memlend far failed ({status}):\n{all}");
+    assert!(all.contains(" 0 of 16384 pages differ"), "{all}");
+    let resumes = seen.iter().filter(|l| l.contains("session resumed")).count();
+    assert!(resumes >= 1, "no connection was resumed:\n{all}");
+    println!("chaos: 4 connection cuts and a 2 s link down, no second copy: {resumes} resumes, 0 pages differ");
+}
+
 /// A tmpfs of `size`, unmounted and removed when the test ends.
 struct SmallDisk(PathBuf);
 
