@@ -698,6 +698,38 @@ def plot(path, rows, fl):
     plt.close(fig)
 
 
+def plot_sizes(path, rows):
+    """Cost as work grows: touches/s against region size, a line per peer,
+    a panel per pattern and budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r["size"] for r in rows}, key=parse_size)
+    cells = sorted({(r["pattern"], r["budget_pct"]) for r in rows if r["budget_pct"]})
+    fig, axes = plt.subplots(1, len(cells), figsize=(5 * len(cells), 4), squeeze=False)
+    for ax, (pat, pct) in zip(axes[0], cells):
+        for peer in PEERS[1:]:
+            pts = [(sizes.index(r["size"]), r["touches_per_s"]) for r in rows
+                   if r["peer"] == peer and r["pattern"] == pat and r["budget_pct"] == pct and r.get("touches_per_s")]
+            if pts:
+                pts.sort()
+                ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", color=COLORS[peer], label=peer)
+        ax.set_xticks(range(len(sizes)))
+        ax.set_xticklabels(sizes)
+        ax.set_xlabel("region size")
+        ax.set_ylabel("touches/s")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{pat}, {pct}% local, 50% writes", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("far_micro: cost as the region grows (flat is the goal)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 COLUMNS = [
     Column("size", "size"),
     Column("pattern", "pattern"),
@@ -836,6 +868,10 @@ def main():
     png = os.path.join(common.RESULTS, a.name + ".png")
     plot(png, rows, fl)
     print("wrote", os.path.relpath(png))
+    if len({r["size"] for r in rows}) > 1:
+        png = os.path.join(common.RESULTS, a.name + ".sizes.png")
+        plot_sizes(png, rows)
+        print("wrote", os.path.relpath(png))
     print(fmt_floors(fl))
     if fl.get("end"):
         print(f"floor at the end of the run: {fl['end'].get('floor_same_p50_us')} us same core")
