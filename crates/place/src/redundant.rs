@@ -253,6 +253,7 @@ pub fn sum_stats(copies: &crate::Copies) -> MirrorStats {
         t.legs += s.legs;
         t.healthy_legs += s.healthy_legs;
         t.leg_failures += s.leg_failures;
+        t.last_leg_errors += s.last_leg_errors;
         t.bad_copies += s.bad_copies;
         t.repaired_pages += s.repaired_pages;
         t.lost_pages += s.lost_pages;

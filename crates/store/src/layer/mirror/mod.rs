@@ -78,6 +78,8 @@ pub struct MirrorStats {
     pub healthy_legs: usize,
     /// Legs dropped after an error.
     pub leg_failures: u64,
+    /// Errors of the last healthy leg, which is kept (not dropped).
+    pub last_leg_errors: u64,
     /// Pages a leg returned with the wrong contents.
     pub bad_copies: u64,
     /// Bad copies rewritten from a good one.
@@ -93,6 +95,7 @@ pub struct MirrorStats {
 #[derive(Default)]
 struct Counters {
     leg_failures: AtomicU64,
+    last_leg_errors: AtomicU64,
     bad_copies: AtomicU64,
     repaired_pages: AtomicU64,
     lost_pages: AtomicU64,
@@ -176,6 +179,7 @@ impl Mirror {
             legs: legs.len(),
             healthy_legs: legs.iter().filter(|l| l.is_healthy()).count(),
             leg_failures: c.leg_failures.load(Relaxed),
+            last_leg_errors: c.last_leg_errors.load(Relaxed),
             bad_copies: c.bad_copies.load(Relaxed),
             repaired_pages: c.repaired_pages.load(Relaxed),
             lost_pages: c.lost_pages.load(Relaxed),
@@ -212,13 +216,28 @@ impl Shared {
     }
 
     /// Drop a leg after `e`; the first caller to see it logs, counts and
-    /// wakes the rebuilder.
+    /// wakes the rebuilder. Never the last healthy leg: its error may be a
+    /// slow link rather than a dead donor (a retransmission past the leg
+    /// timeout), and dropping it would leave no copy to read although the
+    /// donor still holds every page. That operation fails; the next tries
+    /// the leg again.
     fn leg_failed(&self, leg: &Leg, e: &StoreError, what: &str) {
+        // Held across the check and the drop, so that two legs failing at
+        // once cannot each count on the other as the healthy one left.
+        let mut failed = self.failed_labels.lock();
+        let legs = self.snapshot();
+        let others = legs.iter().any(|l| !std::ptr::eq(&**l, leg) && l.is_healthy());
+        if leg.is_healthy() && !others {
+            self.counters.last_leg_errors.fetch_add(1, Relaxed);
+            tracing::warn!(leg = %leg.label, error = %e, "{what} failed on the last healthy copy; kept");
+            return;
+        }
         if !leg.fail() {
             return;
         }
         self.counters.leg_failures.fetch_add(1, Relaxed);
-        self.failed_labels.lock().push(leg.label.clone());
+        failed.push(leg.label.clone());
+        drop(failed);
         tracing::warn!(leg = %leg.label, error = %e, "{what} failed: copy dropped");
         self.signal.lock().work = true;
         self.wake.notify_all();

@@ -86,11 +86,16 @@ fn a_dead_leg_is_dropped_and_nothing_is_lost() {
     let st = m.stats();
     assert_eq!((st.leg_failures, st.healthy_legs), (1, 1));
     assert_eq!(m.legs()[0], ("d0".to_string(), "failed"));
-    // The last copy going makes operations fail, with a clear error.
+    // The last copy failing makes operations fail, with a clear error, but
+    // it is kept: it may only be slow, and it holds every page.
     f[1].dead.store(true, SeqCst);
     let err = read_page(&m, 3).unwrap_err().to_string();
     assert!(err.contains("no copy of page 3"), "{err}");
     assert!(m.write(&[WriteOp { page: 0, data: &page_of(0, 3) }]).is_err());
+    let st = m.stats();
+    assert_eq!((st.leg_failures, st.healthy_legs, st.last_leg_errors), (1, 1, 2));
+    f[1].dead.store(false, SeqCst);
+    check_all(&m, 2);
 }
 
 #[test]
