@@ -428,7 +428,8 @@ fn a_dead_borrower_strands_no_memory() {
     let t = Instant::now();
     wait("the donor to free the lease", 15, || donor.field("lent_bytes") == 0);
     eprintln!("dead borrower's lease freed after {} ms", t.elapsed().as_millis());
-    assert!(donor.peers().is_empty(), "the dead node left the membership");
+    // The lease can end a moment before the sweep drops the node: wait.
+    wait("the dead node to leave the membership", 10, || donor.peers().is_empty());
     drop(job);
 }
 
