@@ -93,6 +93,7 @@ impl Handler {
         let written = write_back(self.store.as_ref(), &self.staging, &dirty);
         if written.is_ok() && !dirty.is_empty() {
             self.batch.observe(dirty.len(), started.elapsed());
+            self.intent.wrote_back(dirty.len(), started.elapsed());
         }
         match written {
             Ok(()) => {
@@ -152,6 +153,7 @@ impl Handler {
             self.table.evicted(page);
         }
         Counters::add(&self.counters.pages_clean_dropped, clean.len() as u64);
+        self.intent.unwritten(clean.len());
     }
 
     /// Move each victim into the next staging slot. Victims that moved are

@@ -67,6 +67,10 @@ pub(crate) struct Handler {
     /// `MAX_DEFERRED`.
     pub deferred: Vec<Fault>,
     pub trend: Trend,
+    /// Whether store pages are mapped writable or write-protected.
+    pub intent: crate::intent::WriteIntent,
+    /// Zero-fill untouched pages along a trend (see `prefetch.rs`).
+    pub zero_ahead: bool,
     /// Keep this many pages free below the budget when idle (eviction
     /// ahead of need); 0 turns it off.
     pub low_water_pages: usize,
@@ -82,6 +86,8 @@ pub(crate) struct Handler {
     /// Scratch for prefetch: the pages of one window, and their bytes.
     pub prefetch_pages: Vec<u32>,
     pub prefetch_buf: Vec<u8>,
+    /// Scratch for prefetch: the untouched pages of one window.
+    pub zero_ahead_pages: Vec<u32>,
 }
 
 impl Handler {

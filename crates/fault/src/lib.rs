@@ -21,6 +21,7 @@ mod events;
 mod evict;
 mod failsafe;
 mod handler;
+mod intent;
 mod mem;
 #[cfg(test)]
 mod policy_tests;

@@ -1,7 +1,10 @@
 //! Prefetch: after a missing fault is answered (its thread already woken),
 //! if the recent faults show a trend, read the next window of pages along
-//! it in one store call and map them `Clean` (write-protected), so the
-//! stream finds them mapped.
+//! it in one store call and map them (write-protected unless `intent.rs`
+//! says writable), so the stream finds them mapped. Untouched pages of the
+//! window are zero-filled ahead too: a stream writing fresh memory then
+//! takes one fault per window instead of one per page (the kernel gives
+//! each zero page its own copy on the first write, with no message to us).
 
 use crate::handler::Handler;
 use crate::state::PageState;
@@ -41,19 +44,28 @@ impl Handler {
         u32::try_from(page).ok().filter(|&p| p < self.pages)
     }
 
-    /// Read up to `pages` pages after `page` along `stride` that are in the
-    /// store (untouched pages zero-fill cheaply on their own fault; mapped
-    /// ones are there already) and map them write-protected.
+    /// Of the `pages` pages after `page` along `stride`, read those in the
+    /// store and map them, and zero-fill the untouched ones (mapped ones
+    /// are there already).
     fn prefetch(&mut self, page: u32, stride: i64, pages: usize) {
         let mut wanted = std::mem::take(&mut self.prefetch_pages);
+        let mut empty = std::mem::take(&mut self.zero_ahead_pages);
         wanted.clear();
+        empty.clear();
         for step in 1..=pages as i64 {
             let Some(p) = self.page_at(i64::from(page) + step * stride) else { break };
-            if self.table.get(p) == PageState::InStore {
-                wanted.push(p);
+            match self.table.get(p) {
+                PageState::InStore => wanted.push(p),
+                PageState::Empty if self.zero_ahead => empty.push(p),
+                _ => {}
             }
         }
-        wanted.truncate(self.room_for(wanted.len()));
+        let room = self.room_for(wanted.len() + empty.len());
+        wanted.truncate(room);
+        empty.truncate(room - wanted.len());
+        empty.sort_unstable();
+        self.zero_fill_ahead(&empty);
+        self.zero_ahead_pages = empty;
         wanted.sort_unstable();
         if wanted.len() >= MARKER_MIN_PAGES {
             // The marker: left in the store, so the stream faults on it
@@ -101,18 +113,21 @@ impl Handler {
         }
     }
 
-    /// Map the pages read into `prefetch_buf`, one UFFDIO_COPY (with WP) per
-    /// run. Stops at the first refusal (EAGAIN while an event is queued):
-    /// pages not mapped stay `InStore`.
+    /// Map the pages read into `prefetch_buf`, one UFFDIO_COPY per run, all
+    /// write-protected (`Clean`) or all writable (`Dirty`). Stops at the
+    /// first refusal (EAGAIN while an event is queued): pages not mapped
+    /// stay `InStore`.
     fn map_prefetched(&mut self, pages: &[u32]) {
+        let writable = self.intent.map_writable();
+        let now = if writable { PageState::Dirty } else { PageState::Clean };
         let mut offset = 0;
         let mut mapped = 0;
         for run in runs(pages) {
             let bytes = &self.prefetch_buf[offset..offset + run.len() * PAGE_SIZE];
             offset += bytes.len();
-            let (copied, result) = self.uffd.copy_run(self.page_addr(run[0]), bytes, true);
+            let (copied, result) = self.uffd.copy_run(self.page_addr(run[0]), bytes, !writable);
             for &page in &run[..copied / PAGE_SIZE] {
-                self.table.map_prefetched(page);
+                self.table.map_prefetched(page, now);
                 mapped += 1;
             }
             if let Err(e) = result {
@@ -121,6 +136,30 @@ impl Handler {
             }
         }
         Counters::add(&self.counters.pages_prefetched, mapped);
+        let writable_pages = if writable { mapped } else { 0 };
+        Counters::add(&self.counters.store_pages_mapped_writable, writable_pages);
+        self.publish_resident();
+    }
+
+    /// Map the zero page over `pages` (sorted, all `Empty`), one call per
+    /// run. `Dirty`, as a zero-fill on a read fault is (see
+    /// `resolve::zero_fill`). Stops at the first refusal; the rest stay
+    /// `Empty` and zero-fill on their own fault.
+    fn zero_fill_ahead(&mut self, pages: &[u32]) {
+        let mut mapped = 0;
+        for run in runs(pages) {
+            let len_bytes = run.len() * PAGE_SIZE;
+            let (done, result) = self.uffd.zeropage_run(self.page_addr(run[0]), len_bytes);
+            for &page in &run[..done / PAGE_SIZE] {
+                self.table.map(page, PageState::Dirty);
+                mapped += 1;
+            }
+            if let Err(e) = result {
+                tracing::debug!("fault handler: zero-fill ahead stopped: {e}");
+                break;
+            }
+        }
+        Counters::add(&self.counters.pages_zeroed_ahead, mapped);
         self.publish_resident();
     }
 }

@@ -49,6 +49,12 @@ pub struct Tuning {
     /// Before sleeping in poll, the handler polls without sleeping for this
     /// many µs (0: sleep at once). Spinning burns the handler's core.
     pub spin_us: u32,
+    /// Map pages read from the store writable when most of them get
+    /// written anyway (see `intent.rs`); off: always write-protected.
+    pub write_intent: bool,
+    /// Along a sequential or strided trend, zero-fill the untouched pages
+    /// of the window in one call instead of a fault each.
+    pub zero_ahead: bool,
 }
 
 /// ACMS found a 512-page window right for a sequential scan.
@@ -61,6 +67,8 @@ impl Default for Tuning {
             prefetch_max_pages: PREFETCH_MAX_PAGES,
             low_water_pages: None,
             spin_us: 0,
+            write_intent: true,
+            zero_ahead: true,
         }
     }
 }
@@ -128,8 +136,11 @@ impl Region {
             batch,
             deferred: Vec::new(),
             trend: Trend::new(tuning.prefetch_max_pages.min(config.budget_pages / 4)),
+            intent: crate::intent::WriteIntent::new(tuning.write_intent),
+            zero_ahead: tuning.zero_ahead,
             prefetch_pages: Vec::new(),
             prefetch_buf: Vec::new(),
+            zero_ahead_pages: Vec::new(),
             low_water_pages: tuning
                 .low_water_pages
                 .unwrap_or(2 * config.evict_batch_pages)

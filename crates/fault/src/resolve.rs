@@ -78,6 +78,7 @@ impl Handler {
         let page_addr = self.page_addr(page);
         let state = self.table.get(page);
         if state == PageState::Clean {
+            self.intent.written();
             if self.table.written(page) {
                 Counters::add(&self.counters.prefetch_hits, 1);
             }
@@ -141,7 +142,8 @@ impl Handler {
 
     /// A read maps the page write-protected and `Clean`: its store copy is
     /// current until a write faults. A write maps it writable and `Dirty`
-    /// at once, sparing the WP fault that would follow.
+    /// at once, sparing the WP fault that would follow; so does a read while
+    /// most pages read are written soon after (`intent.rs`).
     fn fill_from_store(&mut self, page: u32, write: bool) -> io::Result<()> {
         if let Err(e) = self.read_page(page) {
             tracing::error!("fault handler: store read of page {page} failed: {e}");
@@ -151,12 +153,20 @@ impl Handler {
             };
         }
         self.make_room();
-        let now = if write { PageState::Dirty } else { PageState::Clean };
+        let writable = write || self.writable_fill();
+        let now = if writable { PageState::Dirty } else { PageState::Clean };
         self.record_mapped(page, Fill::Store, now);
         let page_addr = self.page_addr(page);
         let result =
-            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.page_buf, !write));
+            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.page_buf, !writable));
         self.undo_if_failed(page, PageState::InStore, Fill::Store, result)
+    }
+
+    /// Whether a page read from the store for a read goes in writable.
+    pub(crate) fn writable_fill(&mut self) -> bool {
+        let writable = self.intent.map_writable();
+        Counters::add(&self.counters.store_pages_mapped_writable, u64::from(writable));
+        writable
     }
 
     /// Count `page` as mapped before the ioctl that maps it: that ioctl wakes

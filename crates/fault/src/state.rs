@@ -217,9 +217,10 @@ impl PageTable {
         self.take_prefetched(page)
     }
 
-    /// `page` was just mapped `Clean` by prefetch, not by a fault.
-    pub fn map_prefetched(&mut self, page: u32) {
-        self.map(page, PageState::Clean);
+    /// `page` was just mapped by prefetch (`Clean`, or `Dirty` if mapped
+    /// writable), not by a fault.
+    pub fn map_prefetched(&mut self, page: u32, now: PageState) {
+        self.map(page, now);
         self.set_flag(page, PREFETCHED, true);
     }
 

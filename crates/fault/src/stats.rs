@@ -26,6 +26,8 @@ pub(crate) struct Counters {
     pub prefetch_hits: AtomicU64,
     pub prefetch_wasted: AtomicU64,
     pub eviction_batches_ahead: AtomicU64,
+    pub pages_zeroed_ahead: AtomicU64,
+    pub store_pages_mapped_writable: AtomicU64,
     pub handler_failures: AtomicU64,
     /// Set by `Region::fail_handler_for_tests`: the handler panics at its
     /// next turn.
@@ -107,6 +109,11 @@ pub struct HandlerStats {
     /// free below the budget (also counted in `eviction_batches` if they
     /// wrote anything).
     pub eviction_batches_ahead: u64,
+    /// Untouched pages zero-filled along a trend, ahead of their fault.
+    pub pages_zeroed_ahead: u64,
+    /// Pages read from the store (by a read fault or prefetch) and mapped
+    /// writable, because most such pages were being written (`intent.rs`).
+    pub store_pages_mapped_writable: u64,
     /// 1 once the handler has failed (panicked, or poll/read on the uffd
     /// failed): every page not mapped then was poisoned (SIGBUS on touch);
     /// the reason is logged.
@@ -140,6 +147,8 @@ impl Counters {
             prefetch_hits: self.prefetch_hits.load(Relaxed),
             prefetch_wasted: self.prefetch_wasted.load(Relaxed),
             eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
+            pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
+            store_pages_mapped_writable: self.store_pages_mapped_writable.load(Relaxed),
             handler_failures: self.handler_failures.load(Relaxed),
         }
     }
