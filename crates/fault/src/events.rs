@@ -31,6 +31,18 @@ impl Handler {
         // leaving the writer faulting for ever). If it was dropped after all,
         // its next fault reads zero and eviction finds nothing to move.
         let dropped = unmapped || self.discards.is_discard(start, end);
+        if dropped {
+            // Pages in flight to the store are dropped too; their write
+            // may still land, on copies nothing reads (they are `Empty`).
+            let (table, range) = (&mut self.table, first..first + count);
+            self.writing.retain(|&page, _| {
+                let keep = !range.contains(&page);
+                if !keep {
+                    table.emptied(page);
+                }
+                keep
+            });
+        }
         for page in first..first + count {
             match self.table.get(page) {
                 PageState::Clean | PageState::Dirty if !dropped => self.table.dirtied(page),

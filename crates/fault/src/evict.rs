@@ -1,13 +1,14 @@
 //! Eviction: a batch of victims is moved out of the region (UFFDIO_MOVE into
-//! staging), sorted into clean, all-zero and dirty, and the dirty ones are
-//! written to the store in one call.
+//! a staging half), sorted into clean, all-zero and dirty, and the dirty
+//! ones are written to the store in one call on the write-back thread
+//! (`writeback.rs`) while the handler goes on.
 
 use crate::handler::Handler;
-use crate::mem::Mapping;
 use crate::resolve::{resolve, retry_eagain};
 use crate::state::PageState;
 use crate::stats::Counters;
-use memlend_store::{PageStore, StoreError, StoreResult, WriteOp, PAGE_SIZE};
+use crate::writeback::{Done, Job};
+use memlend_store::{StoreError, PAGE_SIZE};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,8 @@ impl Handler {
     /// its budget: evict now, so that the next fault finds room.
     pub(crate) fn wants_headroom(&self) -> bool {
         let free = self.budget_pages.saturating_sub(self.table.resident());
-        !self.headroom_stalled && self.low_water_pages > 0 && free < self.low_water_pages
+        let ready = !self.headroom_stalled && self.writer.free_half().is_some();
+        ready && self.low_water_pages > 0 && free < self.low_water_pages
     }
 
     /// One batch, ahead of need; the serve loop polls for faults between
@@ -70,57 +72,118 @@ impl Handler {
         }
     }
 
-    /// Move the oldest pages out of the region, write them to the store in
-    /// one call, and settle each one's state.
+    /// Move the oldest pages out of the region and hand the dirty ones to the
+    /// write-back thread; clean and all-zero ones are settled at once.
     pub(crate) fn evict_batch(&mut self) {
         self.evict(self.batch.pages());
     }
 
-    /// Evict up to `batch_pages` (at most the staging size).
-    fn evict(&mut self, batch_pages: usize) {
+    /// Evict up to `batch_pages` (at most a staging half).
+    pub(crate) fn evict(&mut self, batch_pages: usize) {
+        let half = self.free_half();
+        let first_slot = half * self.batch.max();
         let mut victims = std::mem::take(&mut self.victims);
-        let unused = self.table.take_victims(batch_pages, &mut victims);
+        let unused = self.table.take_victims(batch_pages.min(self.batch.max()), &mut victims);
         Counters::add(&self.counters.prefetch_wasted, unused as u64);
-        let staged = self.stage(&mut victims);
-        if staged == 0 {
-            self.victims = victims;
+        let staged = self.stage(&mut victims, first_slot);
+        let mut dirty = Vec::with_capacity(staged);
+        let (clean, zero) = self.sort_staged(&victims[..staged], first_slot, &mut dirty);
+        self.victims = victims;
+        self.drop_clean(&clean);
+        // A page of zeroes needs no store copy: as Empty it is zero-filled
+        // on the next touch, whatever the store holds.
+        for &(_, page) in &zero {
+            self.table.emptied(page);
+        }
+        Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
+        if dirty.is_empty() {
+            self.clear_half(half);
             return;
         }
-        let mut dirty = std::mem::take(&mut self.dirty);
-        let (clean, zero) = self.sort_staged(&victims[..staged], &mut dirty);
-        self.drop_clean(&clean);
-        let started = std::time::Instant::now();
-        let written = write_back(self.store.as_ref(), &self.staging, &dirty);
-        if written.is_ok() && !dirty.is_empty() {
-            self.batch.observe(dirty.len(), started.elapsed());
-            self.intent.wrote_back(dirty.len(), started.elapsed());
+        for &(slot, page) in &dirty {
+            self.writing.insert(page, slot);
         }
-        match written {
+        self.writer.send(Job { half, staged: dirty });
+    }
+
+    /// A staging half no write-back holds, waiting for one if need be.
+    fn free_half(&mut self) -> usize {
+        self.settle_done();
+        if let Some(half) = self.writer.free_half() {
+            return half;
+        }
+        let done = self.writer.wait().expect("no free half means a job is out");
+        self.settle(done);
+        self.writer.free_half().expect("a job just finished")
+    }
+
+    /// Settle every write-back that has finished, without waiting.
+    pub(crate) fn settle_done(&mut self) {
+        while let Some(done) = self.writer.try_done() {
+            self.settle(done);
+        }
+    }
+
+    /// A write-back finished: its pages not faulted back or dropped since
+    /// are in the store now or, if the write failed, go back where they were.
+    fn settle(&mut self, done: Done) {
+        let mut settled = Vec::with_capacity(done.staged.len());
+        for &(slot, page) in &done.staged {
+            if self.writing.get(&page) == Some(&slot) {
+                self.writing.remove(&page);
+                settled.push((slot, page));
+            }
+        }
+        match done.result {
             Ok(()) => {
-                for &(_, page) in &dirty {
+                self.batch.observe(done.staged.len(), done.took);
+                self.intent.wrote_back(done.staged.len(), done.took);
+                for &(_, page) in &settled {
                     self.table.evicted(page);
                 }
-                // A page of zeroes needs no store copy: as Empty it is
-                // zero-filled on the next touch, whatever the store holds.
-                for &(_, page) in &zero {
-                    self.table.emptied(page);
-                }
                 Counters::add(&self.counters.eviction_batches, 1);
-                Counters::add(&self.counters.pages_written_back, dirty.len() as u64);
-                Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
+                Counters::add(&self.counters.pages_written_back, done.staged.len() as u64);
             }
             Err(e) => {
-                self.writeback_failures.note(dirty.len(), &e);
-                self.unstage(&dirty);
-                self.unstage(&zero);
+                self.writeback_failures.note(done.staged.len(), &e);
+                self.unstage(&settled);
             }
         }
-        if let Err(e) = self.staging.discard(0, staged * PAGE_SIZE) {
+        self.clear_half(done.half);
+        self.publish_resident();
+    }
+
+    fn clear_half(&mut self, half: usize) {
+        let half_pages = self.batch.max();
+        if let Err(e) = self.staging.discard(half * half_pages * PAGE_SIZE, half_pages * PAGE_SIZE)
+        {
             tracing::error!("fault handler: clearing staging failed: {e}");
         }
-        self.victims = victims;
-        dirty.clear();
-        self.dirty = dirty;
+    }
+
+    /// A fault on a page whose write-back is in flight: map its staging
+    /// copy back, writable (its store copy may not be current). Its
+    /// write-back result is ignored from now on.
+    pub(crate) fn refault_writing(&mut self, page: u32, slot: usize) -> io::Result<()> {
+        self.make_room();
+        if self.writing.get(&page) != Some(&slot) {
+            // Settled while making room; the caller serves it by its state.
+            return Err(io::Error::from_raw_os_error(libc::EINPROGRESS));
+        }
+        self.writing.remove(&page);
+        self.table.evicted(page);
+        self.table.map(page, PageState::Dirty);
+        Counters::add(&self.counters.from_staging, 1);
+        let page_addr = self.page_addr(page);
+        let bytes = self.staging.present_pages(slot, 1);
+        let result = resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes, false));
+        if result.is_err() {
+            // Still in flight, as far as anyone knows.
+            self.table.unmap_newest(page, PageState::Dirty);
+            self.counters.from_staging.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.writing.insert(page, slot);
+        }
+        result
     }
 
     /// Sort staged pages (slot `i` holds `staged[i]`) three ways: clean
@@ -130,11 +193,13 @@ impl Handler {
     fn sort_staged(
         &self,
         staged: &[u32],
+        first_slot: usize,
         dirty: &mut Vec<(usize, u32)>,
     ) -> (Vec<u32>, Vec<(usize, u32)>) {
         let mut clean = Vec::new();
         let mut zero = Vec::new();
-        for (slot, &page) in staged.iter().enumerate() {
+        for (i, &page) in staged.iter().enumerate() {
+            let slot = first_slot + i;
             if self.table.get(page) == PageState::Clean {
                 clean.push(page);
             } else if self.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
@@ -156,14 +221,15 @@ impl Handler {
         self.intent.unwritten(clean.len());
     }
 
-    /// Move each victim into the next staging slot. Victims that moved are
-    /// gathered at the front of `victims`, in slot order; returns how many.
-    fn stage(&mut self, victims: &mut [u32]) -> usize {
+    /// Move each victim into the next staging slot from `first_slot`.
+    /// Victims that moved are gathered at the front of `victims`, in slot
+    /// order; returns how many.
+    fn stage(&mut self, victims: &mut [u32], first_slot: usize) -> usize {
         let mut staged = 0;
         for i in 0..victims.len() {
             let page = victims[i];
             let src = self.base + page as usize * PAGE_SIZE;
-            let dst = self.staging.addr() + staged * PAGE_SIZE;
+            let dst = self.staging.addr() + (first_slot + staged) * PAGE_SIZE;
             match retry_eagain(|| self.staging_uffd.move_pages(dst, src, PAGE_SIZE)) {
                 Ok(()) => {
                     victims[staged] = page;
@@ -212,32 +278,4 @@ impl Handler {
             other => other,
         }
     }
-}
-
-/// One store `write` for the staged (slot, page) pairs, with runs of
-/// consecutive pages in consecutive slots joined into one op. Nothing to
-/// write is no call at all.
-fn write_back(
-    store: &dyn PageStore,
-    staging: &Mapping,
-    staged: &[(usize, u32)],
-) -> StoreResult<()> {
-    if staged.is_empty() {
-        return Ok(());
-    }
-    let mut ops: Vec<WriteOp<'_>> = Vec::with_capacity(staged.len());
-    let mut run_start = 0;
-    for i in 1..=staged.len() {
-        let joins = i < staged.len()
-            && staged[i].0 == staged[i - 1].0 + 1
-            && staged[i].1 == staged[i - 1].1 + 1;
-        if !joins {
-            ops.push(WriteOp {
-                page: u64::from(staged[run_start].1),
-                data: staging.present_pages(staged[run_start].0, i - run_start),
-            });
-            run_start = i;
-        }
-    }
-    store.write(&ops)
 }

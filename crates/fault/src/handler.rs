@@ -49,9 +49,13 @@ pub(crate) struct Handler {
     pub discards: Arc<Discards>,
     pub budget_pages: usize,
     /// Registered with `staging_uffd` (UFFDIO_MOVE wants that of its
-    /// target); one slot per page of an eviction batch, empty between
-    /// batches.
-    pub staging: Mapping,
+    /// target); `HALVES` halves of one slot per page of the largest
+    /// eviction batch. A half is empty unless a batch is in it.
+    pub staging: Arc<Mapping>,
+    /// The write-back thread, and the pages it holds: page -> staging slot.
+    /// At most `HALVES` batches, so bounded by the staging size.
+    pub writer: crate::writeback::Writer,
+    pub writing: std::collections::HashMap<u32, usize>,
     /// One page: the target of store reads.
     pub page_buf: Vec<u8>,
     /// One page of zeroes, copied in for write faults on empty pages.
@@ -60,9 +64,6 @@ pub(crate) struct Handler {
     /// `staging` has room for its maximum.
     pub batch: crate::batch::BatchSize,
     pub victims: Vec<u32>,
-    /// Scratch for an eviction batch: (staging slot, page) of dirty pages
-    /// with data.
-    pub dirty: Vec<(usize, u32)>,
     /// Faults to try again once pending events are read; at most
     /// `MAX_DEFERRED`.
     pub deferred: Vec<Fault>,
@@ -86,8 +87,10 @@ pub(crate) struct Handler {
     /// Scratch for prefetch: the pages of one window, and their bytes.
     pub prefetch_pages: Vec<u32>,
     pub prefetch_buf: Vec<u8>,
-    /// Scratch for prefetch: the untouched pages of one window.
+    /// Scratch for prefetch: the untouched pages of one window, and zeroes
+    /// to copy over them (grown to the longest run seen, at most a window).
     pub zero_ahead_pages: Vec<u32>,
+    pub zero_run: Vec<u8>,
 }
 
 impl Handler {
@@ -115,11 +118,15 @@ impl Handler {
             if self.counters.fail_requested.load(Relaxed) {
                 panic!("handler failure forced through Region::fail_handler_for_tests");
             }
+            self.settle_done();
             let ahead = self.wants_headroom();
-            let timeout = match (ahead, self.deferred.is_empty()) {
+            // A finished write-back is noticed within DEFERRED_POLL_MS: until
+            // then its pages are served from staging, and its half waits.
+            let waiting = !self.deferred.is_empty() || self.writer.any_busy();
+            let timeout = match (ahead, waiting) {
                 (true, _) => 0,
-                (false, false) => DEFERRED_POLL_MS,
-                (false, true) => POLL_TIMEOUT_MS,
+                (false, true) => DEFERRED_POLL_MS,
+                (false, false) => POLL_TIMEOUT_MS,
             };
             match self.wait(stop, timeout) {
                 Ok(Ready::Stop) => return Ok(()),
@@ -128,7 +135,16 @@ impl Handler {
                 Ok(Ready::Faults) => {
                     let n = self.uffd.read_msgs(&mut msgs).map_err(|e| format!("read: {e}"))?;
                     self.headroom_stalled = false;
-                    msgs[..n].iter().for_each(|&msg| self.message(msg));
+                    // Events first. Reading a REMOVE lets the madvising thread
+                    // go on and zap the range at once; a fault read with it,
+                    // answered first, could prefetch that range and map its
+                    // old bytes after the zap, resurrecting discarded data.
+                    // Every thread waiting in the batch is still waiting, so
+                    // either order is one the program could have seen.
+                    let is_fault = |msg: &&Msg| matches!(msg, Msg::Fault(_));
+                    let events = msgs[..n].iter().filter(|msg| !is_fault(msg));
+                    let faults = msgs[..n].iter().filter(is_fault);
+                    events.chain(faults).for_each(|&msg| self.message(msg));
                 }
                 Err(e) => return Err(format!("poll: {e}")),
             }

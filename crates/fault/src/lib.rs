@@ -32,6 +32,7 @@ mod state;
 mod stats;
 mod trend;
 mod uffd;
+mod writeback;
 
 pub use error::{FaultError, Result};
 pub use region::{Region, RegionConfig, Tuning};

@@ -53,9 +53,11 @@ impl Mapping {
         let len_bytes = count * PAGE_SIZE;
         assert!(offset + len_bytes <= self.len_bytes, "pages outside mapping");
         // SAFETY: the range lies inside our live mapping (checked above), and
-        // the mapping is readable. Only the handler thread uses this view,
-        // and it only writes these pages through the kernel (UFFDIO_MOVE),
-        // never while the returned slice is alive.
+        // the mapping is readable. Only the fault handler and its write-back
+        // thread read staging through this view. The handler changes a page
+        // only through the kernel (UFFDIO_MOVE in, MADV_DONTNEED out), and
+        // only in a staging half that no write-back job holds, so no slice
+        // handed to the write-back thread sees its bytes change.
         unsafe { std::slice::from_raw_parts((self.addr + offset) as *const u8, len_bytes) }
     }
 

@@ -79,16 +79,19 @@ impl Handler {
         self.prefetch_pages = wanted;
     }
 
-    /// Evict until `count` more pages fit in the budget; how many fit.
+    /// Evict until `count` more pages fit in the budget; how many fit. A
+    /// window's worth goes in as few batches as staging allows: each batch
+    /// is a store write, a round trip.
     fn room_for(&mut self, count: usize) -> usize {
         let batch_pages = self.batch.pages();
         // Each batch frees up to `batch_pages`; a batch that frees none
         // (every victim kept) ends the loop through the bound.
         for _ in 0..count.div_ceil(batch_pages) + 1 {
-            if self.table.resident() + count <= self.budget_pages {
+            let need = (self.table.resident() + count).saturating_sub(self.budget_pages);
+            if need == 0 {
                 break;
             }
-            self.evict_batch();
+            self.evict(need.clamp(batch_pages, self.batch.max()));
         }
         count.min(self.budget_pages.saturating_sub(self.table.resident()))
     }
@@ -141,15 +144,22 @@ impl Handler {
         self.publish_resident();
     }
 
-    /// Map the zero page over `pages` (sorted, all `Empty`), one call per
-    /// run. `Dirty`, as a zero-fill on a read fault is (see
-    /// `resolve::zero_fill`). Stops at the first refusal; the rest stay
-    /// `Empty` and zero-fill on their own fault.
+    /// Map zeroed pages over `pages` (sorted, all `Empty`), one COPY per
+    /// run, writable and `Dirty`. Not UFFDIO_ZEROPAGE: shared zero-page
+    /// PTEs, written by the program (copy-on-write) while eviction moved
+    /// their neighbours out, lost pages in `tests/write_intent.rs` (a
+    /// staging slot found occupied, then the page gone); real pages never
+    /// did, and save the program its copy-on-write fault besides. Stops at
+    /// the first refusal; the rest stay `Empty` and fault on their own.
     fn zero_fill_ahead(&mut self, pages: &[u32]) {
         let mut mapped = 0;
         for run in runs(pages) {
             let len_bytes = run.len() * PAGE_SIZE;
-            let (done, result) = self.uffd.zeropage_run(self.page_addr(run[0]), len_bytes);
+            if self.zero_run.len() < len_bytes {
+                self.zero_run = vec![0; len_bytes];
+            }
+            let zeros = &self.zero_run[..len_bytes];
+            let (done, result) = self.uffd.copy_run(self.page_addr(run[0]), zeros, false);
             for &page in &run[..done / PAGE_SIZE] {
                 self.table.map(page, PageState::Dirty);
                 mapped += 1;

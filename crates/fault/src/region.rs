@@ -9,6 +9,7 @@ use crate::state::{PageTable, Policy};
 use crate::stats::{Counters, DetailedStats, HandlerStats, RegionStats};
 use crate::trend::Trend;
 use crate::uffd::Uffd;
+use crate::writeback::{Writer, HALVES};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::io::PipeWriter;
 use std::sync::Arc;
@@ -108,7 +109,9 @@ impl Region {
         let pages = check_config(&config, store.info().pages)?;
         let map = Mapping::new(pages as usize).map_err(FaultError::os("mmap region"))?;
         let batch = BatchSize::new(config.evict_batch_pages, config.budget_pages);
-        let staging = Mapping::new(batch.max()).map_err(FaultError::os("mmap staging"))?;
+        let staging_pages = HALVES * batch.max();
+        let staging =
+            Arc::new(Mapping::new(staging_pages).map_err(FaultError::os("mmap staging"))?);
         let uffd = Uffd::open_region().map_err(FaultError::os("open userfaultfd"))?;
         uffd.register(map.addr(), map.len_bytes(), true)
             .map_err(FaultError::os("register region"))?;
@@ -116,6 +119,8 @@ impl Region {
         staging_uffd
             .register(staging.addr(), staging.len_bytes(), false)
             .map_err(FaultError::os("register staging"))?;
+        let writer = Writer::start(Arc::clone(&store), Arc::clone(&staging))
+            .map_err(FaultError::os("spawn write-back thread"))?;
         let counters = Arc::new(Counters::default());
         let discards = Arc::new(Discards::default());
         let handler = Handler {
@@ -132,7 +137,8 @@ impl Region {
             page_buf: vec![0; PAGE_SIZE],
             zero_page: vec![0; PAGE_SIZE],
             victims: Vec::with_capacity(batch.max()),
-            dirty: Vec::with_capacity(batch.max()),
+            writer,
+            writing: std::collections::HashMap::with_capacity(staging_pages),
             batch,
             deferred: Vec::new(),
             trend: Trend::new(tuning.prefetch_max_pages.min(config.budget_pages / 4)),
@@ -141,6 +147,7 @@ impl Region {
             prefetch_pages: Vec::new(),
             prefetch_buf: Vec::new(),
             zero_ahead_pages: Vec::new(),
+            zero_run: Vec::new(),
             low_water_pages: tuning
                 .low_water_pages
                 .unwrap_or(2 * config.evict_batch_pages)

@@ -45,10 +45,17 @@ impl Handler {
         if fault.wp {
             return self.write_to_clean(page);
         }
+        if let Some(&slot) = self.writing.get(&page) {
+            match self.refault_writing(page, slot) {
+                // Settled meanwhile: served below by its state.
+                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+                result => return self.finish(page, result),
+            }
+        }
         let missing = !self.table.get(page).is_resident();
         let result = match self.table.get(page) {
             PageState::Clean | PageState::Dirty => self.already_mapped(page),
-            PageState::Empty => self.zero_fill(page, fault.write),
+            PageState::Empty => self.zero_fill(page),
             PageState::InStore => self.fill_from_store(page, fault.write),
         };
         if missing && result.is_ok() {
@@ -122,21 +129,18 @@ impl Handler {
         }
     }
 
-    /// A read maps the shared zero page; a write gets its own zeroed page at
-    /// once, saving the copy-on-write fault that would follow. Either way the
-    /// page is `Dirty`: the store holds no current copy of it, and the
-    /// zero page cannot be write-protected (ZEROPAGE has no WP mode), so a
-    /// write to it is a copy-on-write we never see. Eviction's all-zero check
+    /// The page gets its own zeroed page, writable and `Dirty` (the store
+    /// holds no current copy). Not the shared zero page, even for a read:
+    /// zero-page PTEs written by the program while eviction moved pages
+    /// out lost data here (see `prefetch::zero_fill_ahead`), and the page
+    /// counts against the budget either way. Eviction's all-zero check
     /// sends it back to `Empty` if it was never written.
-    fn zero_fill(&mut self, page: u32, write: bool) -> io::Result<()> {
+    fn zero_fill(&mut self, page: u32) -> io::Result<()> {
         self.make_room();
         self.record_mapped(page, Fill::Zero, PageState::Dirty);
         let page_addr = self.page_addr(page);
-        let result = if write {
-            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.zero_page, false))
-        } else {
-            resolve(&self.uffd, page_addr, || self.uffd.zeropage(page_addr, PAGE_SIZE))
-        };
+        let result =
+            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.zero_page, false));
         self.undo_if_failed(page, PageState::Empty, Fill::Zero, result)
     }
 

@@ -27,6 +27,7 @@ pub(crate) struct Counters {
     pub prefetch_wasted: AtomicU64,
     pub eviction_batches_ahead: AtomicU64,
     pub pages_zeroed_ahead: AtomicU64,
+    pub from_staging: AtomicU64,
     pub store_pages_mapped_writable: AtomicU64,
     pub handler_failures: AtomicU64,
     /// Set by `Region::fail_handler_for_tests`: the handler panics at its
@@ -111,6 +112,9 @@ pub struct HandlerStats {
     pub eviction_batches_ahead: u64,
     /// Untouched pages zero-filled along a trend, ahead of their fault.
     pub pages_zeroed_ahead: u64,
+    /// Faults on pages whose write-back was still in flight, served from
+    /// the staging copy with no store read.
+    pub faults_from_staging: u64,
     /// Pages read from the store (by a read fault or prefetch) and mapped
     /// writable, because most such pages were being written (`intent.rs`).
     pub store_pages_mapped_writable: u64,
@@ -148,6 +152,7 @@ impl Counters {
             prefetch_wasted: self.prefetch_wasted.load(Relaxed),
             eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
             pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
+            faults_from_staging: self.from_staging.load(Relaxed),
             store_pages_mapped_writable: self.store_pages_mapped_writable.load(Relaxed),
             handler_failures: self.handler_failures.load(Relaxed),
         }

@@ -240,15 +240,6 @@ impl Uffd {
         self.ioctl(UFFDIO_ZEROPAGE, &mut args)
     }
 
-    /// [`Uffd::zeropage`] of several pages, saying how many bytes were
-    /// mapped even when it fails part-way, as [`Uffd::copy_run`] does.
-    pub fn zeropage_run(&self, start: usize, len_bytes: usize) -> (usize, io::Result<()>) {
-        let mut args = RangeArgs { range: range(start, len_bytes), mode: 0, result: 0 };
-        let result = self.ioctl(UFFDIO_ZEROPAGE, &mut args);
-        let done = if result.is_ok() { len_bytes } else { args.result.max(0) as usize };
-        (done, result)
-    }
-
     /// Move the pages at `src` to `dst` (whose PTEs must be empty): afterwards
     /// `src` is missing, so any access faults to us. Atomic per page, unlike
     /// copy-then-MADV_DONTNEED, which loses a write landing in between.
