@@ -143,9 +143,50 @@ fn pages_only_read_stay_write_protected_and_are_never_written_back() {
     assert!(fills > PAGES as u64, "{fills} fills");
     let writable = after.1.store_pages_mapped_writable - before.1.store_pages_mapped_writable;
     assert_eq!(writable, 0, "no page was written, so none should go in writable");
-    // The populate phase's dirty pages still resident are written back
-    // once; nothing read afterwards is.
+    // The populate phase's dirty pages still resident (at most the budget)
+    // or still in flight to the store when `before` was taken (two staging
+    // halves of budget/8 pages) are written back once; nothing read
+    // afterwards is. Mapped writable, the reads would write back ~`fills`.
     let written_back = after.0.pages_written_back - before.0.pages_written_back;
-    assert!(written_back <= BUDGET_PAGES as u64, "{written_back} written back");
+    let bound = BUDGET_PAGES + 2 * BUDGET_PAGES / 8;
+    assert!(written_back <= bound as u64, "{written_back} written back, {fills} fills");
     check(&region, &vec![1; PAGES]);
+}
+
+/// The case that lost pages when zero-fill ahead mapped the shared zero
+/// page: a small region with eviction ahead on, written in order while the
+/// handler evicts behind the writer, a discard, rewrites, then every page
+/// checked. Three regions at once, so the handlers race their writers the
+/// way they did in the discard tests (5 of 300 runs lost a page then).
+#[test]
+fn writing_fresh_pages_while_eviction_runs_ahead_loses_nothing() {
+    const SMALL_PAGES: usize = 256;
+    fn one_run() {
+        let store = Arc::new(RamStore::new(SMALL_PAGES as u64, RamOptions::default()).unwrap());
+        let config = RegionConfig {
+            size_bytes: SMALL_PAGES * PAGE_SIZE,
+            budget_pages: 16,
+            evict_batch_pages: 8,
+        };
+        let region = Region::with_tuning(config, Tuning::default(), store).unwrap();
+        (0..SMALL_PAGES).for_each(|page| fill(&region, page, 1));
+        region.discard(10 * PAGE_SIZE, 4 * PAGE_SIZE).unwrap();
+        (10..12).for_each(|page| fill(&region, page, 3));
+        (100..200).for_each(|page| fill(&region, page, 1));
+        for page in 0..SMALL_PAGES {
+            let want = match page {
+                10 | 11 => pattern(page, 0, 3),
+                12 | 13 => 0,
+                _ => pattern(page, 0, 1),
+            };
+            // SAFETY: as in `fill`.
+            let got = unsafe { word(&region, page, 0).read_volatile() };
+            assert_eq!(got, want, "page {page}");
+        }
+    }
+    std::thread::scope(|scope| {
+        let runs: Vec<_> =
+            (0..3).map(|_| scope.spawn(|| (0..60).for_each(|_| one_run()))).collect();
+        runs.into_iter().for_each(|run| run.join().unwrap());
+    });
 }
