@@ -35,6 +35,38 @@ fn a_c_program_on_a_donor_matches_a_plain_run() {
     assert_same_output_and_far(&far, &plain_run(&cmd));
 }
 
+/// A program that exits tells its donor, which frees its slabs as its
+/// connections close: the next program finds the donor free at once, not
+/// full for the donor's 60 s grace (as it did before LINGER).
+#[test]
+fn a_second_run_right_after_the_first_finds_the_donor_free() {
+    let donor = Donor::start("256M");
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_heap", dir.path());
+    let cmd = [prog.to_str().unwrap(), "96"];
+    let addr = donor.addr.to_string();
+    // The far region takes all the donor has room for, so a second run
+    // fits only once the first one's slabs are gone.
+    let args = ["--local", "16M", "--donor", &addr, "--insecure"];
+    let plain = plain_run(&cmd);
+    assert_same_output_and_far(&memlend_run(&args, &cmd), &plain);
+    let first_done = Instant::now();
+    loop {
+        let second = memlend_run(&args, &cmd);
+        if second.status.success() {
+            assert_same_output_and_far(&second, &plain);
+            break;
+        }
+        let waited = first_done.elapsed();
+        assert!(
+            waited < Duration::from_secs(5),
+            "still refused after {waited:?}: {}",
+            text(&second.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn cpython_with_numpy_matches_a_plain_run() {
     let python = "/usr/bin/python3";

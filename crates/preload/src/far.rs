@@ -57,6 +57,14 @@ pub fn contains(addr: usize) -> bool {
     addr.wrapping_sub(BASE.load(Relaxed)) < LEN.load(Relaxed)
 }
 
+/// The process that made the heap (0 until then).
+static OWNER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The process that borrowed far memory, once it has.
+pub fn owner_pid() -> Option<u32> {
+    Some(OWNER_PID.load(Relaxed)).filter(|&pid| pid != 0)
+}
+
 /// Where the exit report goes, if anywhere.
 pub fn stats_dir() -> Option<&'static std::path::Path> {
     CONFIG.get()?.stats_dir.as_deref()
@@ -82,6 +90,7 @@ fn start() -> Option<&'static Heap> {
             BASE.store(heap.region.as_ptr() as usize, Relaxed);
             let _ = HEAP.set(heap);
             LEN.store(HEAP.get()?.region.len(), Relaxed);
+            OWNER_PID.store(std::process::id(), Relaxed);
             STATE.store(READY, std::sync::atomic::Ordering::Release);
             crate::report::at_exit();
             HEAP.get()

@@ -22,11 +22,17 @@ fn tracing_subscriber_filter() -> tracing_subscriber::EnvFilter {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
 }
 
-/// Register the exit report, if `memlend run` asked for one.
+/// Register the exit report, if `memlend run` asked for one, and the word
+/// to the donors that this process is exiting.
 pub fn at_exit() {
     extern "C" fn report() {
         if let Err(e) = write_stats() {
             eprintln!("memlend: cannot write far-memory stats: {e}");
+        }
+        // Only the process that borrowed: a forked child inherits this
+        // handler, and its exit must not shorten its parent's grace.
+        if far::owner_pid() == Some(std::process::id()) {
+            memlend_remote::linger_all(0);
         }
     }
     // SAFETY: registers a plain function to run at normal exit.

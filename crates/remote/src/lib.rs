@@ -9,9 +9,11 @@
 mod config;
 mod conn;
 mod error;
+mod linger;
 mod store;
 
 pub use config::ClientConfig;
 pub use conn::Conn;
 pub use error::ClientError;
+pub use linger::linger_all;
 pub use store::RemoteStore;

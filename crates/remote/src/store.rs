@@ -51,6 +51,7 @@ impl RemoteStore {
         let slab = u32::try_from(slab)
             .map_err(|_| ClientError::Protocol(format!("slab id {slab} out of range")))?;
         tracing::debug!(%addr, slab, pages, "slab opened");
+        crate::linger::remember(addr, &cfg);
         let pool = Pool { idle: vec![conn], open: 1 };
         let (pool, freed, reconnects) = (Mutex::new(pool), Condvar::new(), AtomicU64::new(0));
         Ok(RemoteStore { addr, cfg, slab, pages, pool, freed, reconnects })

@@ -5,6 +5,7 @@ use super::registry::{BorrowerId, Registry, Slab};
 use crate::out_buf::OutBuf;
 use memlend_store::{ReadOp, StoreError, WriteOp, PAGE_SIZE};
 use memlend_wire::page::{self, Opcode, RepHeader, ReqHeader, StatReply, Status, REP_HEADER_LEN};
+use std::time::Duration;
 
 pub struct Ctx<'a> {
     pub registry: &'a Registry,
@@ -72,6 +73,12 @@ fn dispatch(
             Ok(Outcome::Closed(h.slab))
         }
         Opcode::Stat => stat(ctx, h, out).and(done(0)),
+        Opcode::Linger => {
+            let grace = Duration::from_secs(u64::from(h.count));
+            ctx.registry.linger(ctx.borrower, grace);
+            tracing::debug!(grace_s = h.count, "borrower set its linger");
+            ok(out, h, 0).and(done(0))
+        }
         _ => {
             let slab = slab.ok_or(Status::NoSuchSlab)?;
             data_op(op, h, payload, slab, out)?;
@@ -125,7 +132,7 @@ fn data_op(
             ok(out, h, 0)
         }
         Opcode::SlabInfo => ok(out, h, slab.pages),
-        Opcode::Ping | Opcode::OpenSlab | Opcode::CloseSlab | Opcode::Stat => {
+        Opcode::Ping | Opcode::OpenSlab | Opcode::CloseSlab | Opcode::Stat | Opcode::Linger => {
             unreachable!("served by dispatch")
         }
     }

@@ -38,6 +38,8 @@ struct Borrower {
     next_slab_id: u32,
     connections: usize,
     orphaned_at: Option<Instant>,
+    /// Asked for by the borrower (`Linger`): a shorter grace than the donor's.
+    grace: Option<Duration>,
 }
 
 impl Borrower {
@@ -133,14 +135,22 @@ impl Registry {
     }
 
     /// A connection for `id` ends; its slabs start their grace period when it
-    /// was the last one.
+    /// was the last one, or are freed now if the borrower asked for no grace
+    /// (it is exiting: see `Opcode::Linger`).
     pub fn detach(&self, id: BorrowerId) {
         let mut inner = self.inner.lock();
-        if let Some(b) = inner.borrowers.get_mut(&id) {
-            b.connections = b.connections.saturating_sub(1);
-            if b.connections == 0 {
-                b.orphaned_at = Some(Instant::now());
-            }
+        let Some(b) = inner.borrowers.get_mut(&id) else { return };
+        b.connections = b.connections.saturating_sub(1);
+        if b.connections > 0 {
+            return;
+        }
+        b.orphaned_at = Some(Instant::now());
+        let leased = inner.leases.as_ref().is_some_and(|l| l.contains_key(&id));
+        if inner.borrowers[&id].grace == Some(Duration::ZERO) && !leased {
+            let retired = free_borrower(&mut inner, &id);
+            drop(inner);
+            retired.iter().for_each(|s| retire(s));
+            tracing::info!(slabs = retired.len(), "freed the slabs of an exiting borrower");
         }
     }
 
@@ -188,6 +198,12 @@ impl Registry {
         self.inner.lock().borrowers.get(&id)?.slabs.get(&slab).cloned()
     }
 
+    /// Borrower `id` asks for its slabs to be freed `grace` after its last
+    /// connection ends (the donor's grace still caps it).
+    pub fn linger(&self, id: BorrowerId, grace: Duration) {
+        self.inner.lock().borrowers.entry(id).or_default().grace = Some(grace);
+    }
+
     /// Close a slab: free its memory now and return its pages to the budget.
     pub fn close(&self, id: BorrowerId, slab: u32) -> Result<(), Status> {
         let mut inner = self.inner.lock();
@@ -211,23 +227,25 @@ impl Registry {
         }
     }
 
-    /// Free the slabs of borrowers that have had no connection for `grace`.
+    /// Free the slabs of borrowers that have had no connection for `grace`,
+    /// or for the shorter grace they asked for.
     /// Returns how many borrowers were reaped.
     pub fn reap_orphans(&self, grace: Duration) -> usize {
         let mut inner = self.inner.lock();
         let expired: Vec<BorrowerId> = inner
             .borrowers
             .iter()
-            .filter(|(_, b)| b.orphaned_at.is_some_and(|t| t.elapsed() >= grace))
+            .filter(|(_, b)| {
+                let grace = b.grace.map_or(grace, |asked| asked.min(grace));
+                b.orphaned_at.is_some_and(|t| t.elapsed() >= grace)
+            })
             // A leased borrower's slabs live as long as its lease.
             .filter(|(id, _)| !inner.leases.as_ref().is_some_and(|l| l.contains_key(*id)))
             .map(|(id, _)| *id)
             .collect();
         let mut retired = Vec::new();
         for id in &expired {
-            let b = inner.borrowers.remove(id).expect("listed above");
-            inner.promised_pages -= b.pages();
-            retired.extend(b.slabs.into_values());
+            retired.extend(free_borrower(&mut inner, id));
         }
         drop(inner);
         for s in &retired {
@@ -242,6 +260,14 @@ impl Registry {
         }
         expired.len()
     }
+}
+
+/// Forget borrower `id` and give its slabs' pages back to the budget; the
+/// caller retires the slabs once the lock is dropped.
+fn free_borrower(inner: &mut Inner, id: &BorrowerId) -> Vec<Arc<Slab>> {
+    let Some(b) = inner.borrowers.remove(id) else { return Vec::new() };
+    inner.promised_pages -= b.pages();
+    b.slabs.into_values().collect()
 }
 
 /// Mark a slab closed and free its memory at once: a connection that still
@@ -302,6 +328,38 @@ mod tests {
         r.detach([1; 16]);
         assert_eq!(r.reap_orphans(Duration::ZERO), 1);
         assert_eq!(r.usage([1; 16]).free_pages, 10);
+    }
+
+    #[test]
+    fn an_exiting_borrower_is_freed_when_its_last_connection_ends_not_before() {
+        let r = registry(10);
+        r.attach([1; 16]);
+        r.attach([1; 16]);
+        r.open([1; 16], 8).unwrap();
+        r.open([2; 16], 2).unwrap();
+        r.linger([1; 16], Duration::ZERO);
+        r.detach([1; 16]);
+        assert_eq!(r.usage([1; 16]).free_pages, 0, "one connection is left");
+        r.detach([1; 16]);
+        assert_eq!(r.usage([1; 16]).free_pages, 8, "freed at once, no grace");
+        assert_eq!(r.usage([2; 16]).borrower_pages, 2, "the other borrower keeps its slab");
+    }
+
+    #[test]
+    fn a_short_linger_shortens_the_grace_and_a_long_one_does_not_lengthen_it() {
+        let r = registry(10);
+        r.attach([1; 16]);
+        r.open([1; 16], 5).unwrap();
+        r.linger([1; 16], Duration::from_millis(20));
+        r.detach([1; 16]);
+        assert_eq!(r.reap_orphans(Duration::from_secs(60)), 0, "20 ms have not passed");
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(r.reap_orphans(Duration::from_secs(60)), 1);
+        r.attach([2; 16]);
+        r.open([2; 16], 5).unwrap();
+        r.linger([2; 16], Duration::from_secs(3600));
+        r.detach([2; 16]);
+        assert_eq!(r.reap_orphans(Duration::ZERO), 1, "the donor's grace still caps it");
     }
 
     #[test]

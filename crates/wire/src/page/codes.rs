@@ -28,6 +28,11 @@ pub enum Opcode: u8 {
     Stat = 10,
     /// Size in pages of slab `slab` in the reply's `value` (re-attach check).
     SlabInfo = 11,
+    /// Once this borrower's last connection ends, free its slabs within
+    /// `count` seconds (never later than the donor's own grace) instead of
+    /// after the donor's grace. A borrower that is exiting says 0, so the
+    /// next one finds the memory free at once.
+    Linger = 12,
 }
 }
 
