@@ -244,6 +244,7 @@ pub fn sum_stats(copies: &crate::Copies) -> MirrorStats {
         t.legs += legs;
         t.healthy_legs += e.healthy_legs;
         t.leg_failures += e.leg_failures;
+        t.last_leg_errors += e.kept_leg_errors;
         t.rebuilds += e.rebuilds;
         t.rebuilding |= e.healthy_legs < legs && e.leg_failures > e.rebuilds;
         t.bad_copies += e.bad_copies;

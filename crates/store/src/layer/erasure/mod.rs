@@ -10,7 +10,13 @@
 //! m parity pages computed and written with the new data. A single-page
 //! write so costs up to k-1 reads and 1+m writes: erasure coding is the
 //! memory-lean choice, not the fast one. A leg whose read or write fails is
-//! dropped; a stripe stays decodable as long as at most m legs are.
+//! dropped; a stripe stays decodable as long as at most m legs are. So a
+//! leg is never dropped beyond that: an error there may be a slow leg (a
+//! retransmission past the store's timeout), not a dead one, and dropping
+//! it would leave nothing decodable though every leg still holds its pages.
+//! The operation fails instead (the caller retries; a failed write-back
+//! keeps its pages), the next one tries the leg again, and
+//! `kept_leg_errors` counts it.
 //!
 //! Reads go to the page's data leg and are checked against a CRC32C kept
 //! here (4 B/page). A page whose leg failed, or that fails its sum, is
@@ -79,11 +85,15 @@ pub struct ErasureStats {
     pub bad_copies: u64,
     /// Pages no combination of shards could rebuild.
     pub lost_pages: u64,
+    /// Errors on a leg kept because dropping it would have left more than
+    /// m legs unreadable; each failed its operation.
+    pub kept_leg_errors: u64,
 }
 
 #[derive(Default)]
 struct Counters {
     leg_failures: AtomicU64,
+    kept_leg_errors: AtomicU64,
     degraded_reads: AtomicU64,
     rebuilds: AtomicU64,
     bad_copies: AtomicU64,
@@ -190,11 +200,24 @@ impl Coded {
             rebuilds: c.rebuilds.load(Relaxed),
             bad_copies: c.bad_copies.load(Relaxed),
             lost_pages: c.lost_pages.load(Relaxed),
+            kept_leg_errors: c.kept_leg_errors.load(Relaxed),
         }
     }
 
-    fn leg_failed(&self, leg: usize, e: &StoreError, what: &str) {
+    /// Drop leg `leg` after error `e`, unless it is readable and m legs are
+    /// unreadable already (then it is kept: see the module comment).
+    /// Returns whether it was dropped (or was already).
+    fn leg_failed(&self, leg: usize, e: &StoreError, what: &str) -> bool {
         let l = &self.legs[leg];
+        // Concurrent failures may both pass this check and drop m + 1 legs;
+        // that is the behaviour before the check, and needs two legs
+        // failing within the same instant.
+        if l.readable() && self.failed_legs() >= self.m {
+            self.counters.kept_leg_errors.fetch_add(1, Relaxed);
+            let label = l.label.read().clone();
+            tracing::warn!(leg = %label, error = %e, "{what} failed; shard kept, {} already unreadable", self.m);
+            return false;
+        }
         if l.state.swap(FAILED, Relaxed) != FAILED {
             let label = l.label.read().clone();
             self.counters.leg_failures.fetch_add(1, Relaxed);
@@ -202,6 +225,7 @@ impl Coded {
             self.failed_labels.lock().push(label);
             self.wake();
         }
+        true
     }
 
     /// Legs that cannot be read: failed, or still being rebuilt.

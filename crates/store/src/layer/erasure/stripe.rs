@@ -47,13 +47,17 @@ impl Coded {
         let _shared = self.locks.read(&self.stripe_lock(stripe));
         if self.legs[(p % self.k as u64) as usize].readable() {
             // A read that raced a writer, or a leg that lied: ask again.
-            if self.read_shard(stripe, (p % self.k as u64) as usize, Some(p)).is_ok_and(|d| {
-                buf.copy_from_slice(&d);
-                true
-            }) {
-                return Ok(());
+            match self.read_shard(stripe, (p % self.k as u64) as usize, Some(p)) {
+                Ok(d) => {
+                    buf.copy_from_slice(&d);
+                    return Ok(());
+                }
+                Err(StoreError::Corrupt { .. }) => {
+                    self.counters.bad_copies.fetch_add(1, Relaxed);
+                }
+                // A leg kept after an error (see `leg_failed`).
+                Err(_) => {}
             }
-            self.counters.bad_copies.fetch_add(1, Relaxed);
         }
         let d = self.decode(stripe, (p % self.k as u64) as usize)?;
         buf.copy_from_slice(&d);
@@ -85,13 +89,18 @@ impl Coded {
         let page = stripe * k as u64 + d as u64;
         let mut originals: Vec<(usize, Vec<u8>)> = Vec::new();
         let mut recovery: Vec<(usize, Vec<u8>)> = Vec::new();
+        // Readable legs that failed to answer (kept after an error): the
+        // page may be whole again once they do, so it is not counted lost.
+        let mut silent = 0;
         for j in (0..k).filter(|&j| j != d) {
             let p = stripe * k as u64 + j as u64;
             if p >= self.pages {
                 originals.push((j, vec![0u8; PAGE_SIZE]));
             } else if self.legs[j].readable() {
-                if let Ok(s) = self.read_shard(stripe, j, Some(p)) {
-                    originals.push((j, s));
+                match self.read_shard(stripe, j, Some(p)) {
+                    Ok(s) => originals.push((j, s)),
+                    Err(StoreError::Corrupt { .. }) => {}
+                    Err(_) => silent += 1,
                 }
             }
         }
@@ -100,10 +109,18 @@ impl Coded {
                 break;
             }
             if self.legs[k + i].readable() {
-                if let Ok(s) = self.read_shard(stripe, k + i, None) {
-                    recovery.push((i, s));
+                match self.read_shard(stripe, k + i, None) {
+                    Ok(s) => recovery.push((i, s)),
+                    Err(StoreError::Corrupt { .. }) => {}
+                    Err(_) => silent += 1,
                 }
             }
+        }
+        let shards = originals.len() + recovery.len();
+        if shards < k && (silent > 0 || self.legs[d].readable()) {
+            return Err(StoreError::Unavailable(format!(
+                "page {page}: {shards} of {k} shards answered; legs that failed are kept, try again"
+            )));
         }
         let lost = |why: String| {
             self.counters.lost_pages.fetch_add(1, Relaxed);
@@ -149,15 +166,21 @@ impl Coded {
             .keys()
             .map(|&j| (j, &shards[j][..]))
             .chain(parity.iter().enumerate().map(|(i, s)| (k + i, &s[..])));
+        let mut kept = None;
         for (leg, data) in writes {
             if !self.legs[leg].writable() {
                 continue;
             }
             if let Err(e) = self.legs[leg].store().write(&[WriteOp { page: stripe, data }]) {
-                self.leg_failed(leg, &e, "write");
+                if !self.leg_failed(leg, &e, "write") {
+                    kept = Some(e);
+                }
             }
         }
-        if let Some(e) = self.too_many_failed() {
+        if let Some(e) = self.too_many_failed().or(kept) {
+            // The stripe is inconsistent until a write of it succeeds; its
+            // sums still describe the old data, and the caller still holds
+            // the new.
             return Err(e);
         }
         for (&j, d) in new {
