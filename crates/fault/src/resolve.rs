@@ -8,12 +8,18 @@ use crate::uffd::{Fault, Uffd};
 use memlend_store::{ReadOp, StoreResult, PAGE_SIZE};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 /// UFFDIO_* answers EAGAIN while the address space is changing under it;
 /// a few tries cover a change that is finishing.
 const EAGAIN_TRIES: usize = 16;
-/// Store reads are retried this many times before the page is poisoned.
-const READ_TRIES: usize = 3;
+/// Pauses between the tries of a store read before the page is poisoned.
+/// A failure can be a moment early: a donor that revoked a lease answers
+/// NoSuchSlab until the process's reclaim thread has put the lost lease's
+/// stand-in (with its reason) in place, and that thread may only just be
+/// running again (the process was stopped). 111 ms at most, on failure only.
+const READ_PAUSES: [Duration; 3] =
+    [Duration::from_millis(1), Duration::from_millis(10), Duration::from_millis(100)];
 
 #[derive(Clone, Copy)]
 enum Fill {
@@ -198,13 +204,15 @@ impl Handler {
     }
 
     fn read_page(&mut self, page: u32) -> StoreResult<()> {
-        let mut last = Ok(());
-        for _ in 0..READ_TRIES {
-            let mut ops = [ReadOp { page: u64::from(page), buf: &mut self.page_buf }];
-            last = self.store.read(&mut ops);
+        let mut ops = [ReadOp { page: u64::from(page), buf: &mut self.page_buf }];
+        let mut last = self.store.read(&mut ops);
+        for pause in READ_PAUSES {
             if last.is_ok() {
                 break;
             }
+            std::thread::sleep(pause);
+            let mut ops = [ReadOp { page: u64::from(page), buf: &mut self.page_buf }];
+            last = self.store.read(&mut ops);
         }
         last
     }
