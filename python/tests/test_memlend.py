@@ -197,7 +197,10 @@ class Buffer(Base):
                 mv[off] = 1
             del mv
             st = r.stats()
-        self.assertEqual(st["faults_zero_filled"], 512)
+        # Written in order, fresh pages are zero-filled a window ahead: far
+        # fewer faults than pages (512 before zero-fill ahead).
+        self.assertGreater(st["faults_zero_filled"], 0)
+        self.assertLess(st["faults_zero_filled"], 512 // 8)
         self.assertEqual(st["budget_pages"], 256)
         self.assertLessEqual(st["pages_resident"], 256)
         self.assertEqual(st["page_size"], memlend.PAGE_SIZE)
