@@ -255,6 +255,22 @@ impl Uffd {
         self.ioctl(UFFDIO_MOVE, &mut args)
     }
 
+    /// [`Uffd::move_pages`] of several pages, saying how many bytes moved
+    /// even when it stops part-way (the kernel then answers EAGAIN with the
+    /// count; an error at the first page is that page's own error).
+    pub fn move_run(&self, dst: usize, src: usize, len_bytes: usize) -> (usize, io::Result<()>) {
+        let mut args = CopyArgs {
+            dst: dst as u64,
+            src: src as u64,
+            len: len_bytes as u64,
+            mode: 0,
+            result: 0,
+        };
+        let result = self.ioctl(UFFDIO_MOVE, &mut args);
+        let moved = if result.is_ok() { len_bytes } else { args.result.max(0) as usize };
+        (moved, result)
+    }
+
     /// Wake threads waiting on `start..start + len_bytes` (a fault someone
     /// else already resolved).
     pub fn wake(&self, start: usize, len_bytes: usize) -> io::Result<()> {
@@ -398,3 +414,7 @@ pub fn wait(uffd: &Uffd, stop: impl AsFd, timeout_ms: i32) -> io::Result<Ready> 
         Ok(Ready::Nothing)
     }
 }
+
+#[cfg(test)]
+#[path = "uffd_tests.rs"]
+mod tests;
