@@ -245,14 +245,7 @@ impl Uffd {
     /// copy-then-MADV_DONTNEED, which loses a write landing in between.
     /// `dst` must be registered with this descriptor; `src` need not be.
     pub fn move_pages(&self, dst: usize, src: usize, len_bytes: usize) -> io::Result<()> {
-        let mut args = CopyArgs {
-            dst: dst as u64,
-            src: src as u64,
-            len: len_bytes as u64,
-            mode: 0,
-            result: 0,
-        };
-        self.ioctl(UFFDIO_MOVE, &mut args)
+        self.move_run(dst, src, len_bytes).1
     }
 
     /// [`Uffd::move_pages`] of several pages, saying how many bytes moved
