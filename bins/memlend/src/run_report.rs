@@ -60,6 +60,16 @@ pub fn print(
             n => format!("; {n} POISONED (store read failed)"),
         }
     );
+    if sum(reports, "pages_prefetched") + sum(reports, "pages_zeroed_ahead") > 0 {
+        eprintln!(
+            "memlend run: prefetch: {} pages used, {} wasted, {} zero-filled ahead; {} faults waited for a read in flight, {} came back from write-back",
+            sum(reports, "prefetch_hits"),
+            sum(reports, "prefetch_wasted"),
+            sum(reports, "pages_zeroed_ahead"),
+            sum(reports, "faults_waited_on_fetch"),
+            sum(reports, "faults_from_staging"),
+        );
+    }
     if sum(reports, "copy_legs") > 0 {
         eprintln!(
             "memlend run: copies: {} lost and {} rebuilt; {} bad copies repaired from the other; {} pages lost",

@@ -283,15 +283,13 @@ fn five_percent_loss_loses_nothing() {
 
 /// 5% of packets lost each way at the borrower, and every packet it
 /// receives held 50 ms (`lab netem`; this kernel has no sch_netem).
-/// Ignored: it failed 1 of its first 4 runs (in CI). Retransmission backoff at a
-/// 100 ms round trip passes the 800 ms leg timeout often enough that both
-/// copies of a chunk can be dropped before a rebuild, and a mirror then
-/// has no healthy leg, although both donors still hold the pages. Since
-/// then a mirror never drops its last healthy leg (that operation fails,
-/// the next tries the leg again); 3 of 3 runs passed after that change.
-/// Ignored until more runs show it holds.
+/// It failed 1 of its first 4 runs (in CI): retransmission backoff at a
+/// 100 ms round trip passed the 800 ms leg timeout often enough that both
+/// copies of a chunk were dropped, and the mirror had no healthy leg left
+/// although both donors held the pages. Since a mirror never drops its
+/// last healthy leg (that operation fails, the next tries the leg again),
+/// it passed 10 runs of 10.
 #[test]
-#[ignore = "failed 1 of 4 runs before the last-leg fix; 3 of 3 since: needs more runs"]
 fn five_percent_loss_with_50ms_delay_loses_nothing() {
     chaos_test!();
     let c = Cluster::up("cdly", 8);

@@ -56,6 +56,8 @@ pub(crate) struct Handler {
     /// At most `HALVES` batches, so bounded by the staging size.
     pub writer: crate::writeback::Writer,
     pub writing: std::collections::HashMap<u32, usize>,
+    /// The fetch thread, and the one prefetch window it may be reading.
+    pub fetcher: crate::fetch::Fetcher,
     /// One page: the target of store reads.
     pub page_buf: Vec<u8>,
     /// One page of zeroes, copied in for write faults on empty pages.
@@ -84,9 +86,11 @@ pub(crate) struct Handler {
     pub spin: Duration,
     /// Running average of the idle time before a message came.
     pub recent_gap: Duration,
-    /// Scratch for prefetch: the pages of one window, and their bytes.
+    /// Scratch for prefetch: the pages of one window.
     pub prefetch_pages: Vec<u32>,
-    pub prefetch_buf: Vec<u8>,
+    /// Buffers for windows in flight, kept for reuse (a fresh one per
+    /// window would be faulted in and zeroed each time).
+    pub spare_bufs: Vec<Vec<u8>>,
     /// Scratch for prefetch: the untouched pages of one window, and zeroes
     /// to copy over them (grown to the longest run seen, at most a window).
     pub zero_ahead_pages: Vec<u32>,
@@ -119,10 +123,12 @@ impl Handler {
                 panic!("handler failure forced through Region::fail_handler_for_tests");
             }
             self.settle_done();
+            self.poll_fetch();
             let ahead = self.wants_headroom();
             // A finished write-back is noticed within DEFERRED_POLL_MS: until
             // then its pages are served from staging, and its half waits.
-            let waiting = !self.deferred.is_empty() || self.writer.any_busy();
+            let waiting =
+                !self.deferred.is_empty() || self.writer.any_busy() || self.fetcher.busy();
             let timeout = match (ahead, waiting) {
                 (true, _) => 0,
                 (false, true) => DEFERRED_POLL_MS,
@@ -135,6 +141,7 @@ impl Handler {
                 Ok(Ready::Faults) => {
                     let n = self.uffd.read_msgs(&mut msgs).map_err(|e| format!("read: {e}"))?;
                     self.headroom_stalled = false;
+                    self.finish_fetch_before_events(&msgs[..n]);
                     // Events first. Reading a REMOVE lets the madvising thread
                     // go on and zap the range at once; a fault read with it,
                     // answered first, could prefetch that range and map its

@@ -20,6 +20,7 @@ mod error;
 mod events;
 mod evict;
 mod failsafe;
+mod fetch;
 mod handler;
 mod intent;
 mod mem;

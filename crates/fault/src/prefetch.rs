@@ -6,11 +6,13 @@
 //! takes one fault per window instead of one per page (the kernel gives
 //! each zero page its own copy on the first write, with no message to us).
 
+use crate::fetch::{runs, Fetch, MAX_IN_FLIGHT};
 use crate::handler::Handler;
 use crate::state::PageState;
 use crate::stats::Counters;
-use crate::trend::Window;
-use memlend_store::{ReadOp, PAGE_SIZE};
+use crate::trend::{Window, REACH_WINDOWS};
+use crate::uffd::Msg;
+use memlend_store::PAGE_SIZE;
 
 /// Most pages one eviction batch takes to make room for a window (1 MiB).
 const WINDOW_BATCH_PAGES: usize = 256;
@@ -47,39 +49,131 @@ impl Handler {
         u32::try_from(page).ok().filter(|&p| p < self.pages)
     }
 
-    /// Of the `pages` pages after `page` along `stride`, read those in the
-    /// store and map them, and zero-fill the untouched ones (mapped ones
-    /// are there already).
+    /// Of the pages along `stride` after `page`, have the next `pages` in
+    /// the store that are not in flight yet read on the fetch thread
+    /// (`fetch.rs`), looking up to `REACH_WINDOWS` windows ahead, and zero-fill the
+    /// untouched ones of the first window (mapped ones are there already).
+    /// Room for them is made while the read is in flight.
     fn prefetch(&mut self, page: u32, stride: i64, pages: usize) {
+        if self.fetcher.full() {
+            self.finish_oldest_fetch();
+        }
         let mut wanted = std::mem::take(&mut self.prefetch_pages);
         let mut empty = std::mem::take(&mut self.zero_ahead_pages);
         wanted.clear();
         empty.clear();
-        for step in 1..=pages as i64 {
+        for step in 1..=(REACH_WINDOWS * pages) as i64 {
             let Some(p) = self.page_at(i64::from(page) + step * stride) else { break };
             match self.table.get(p) {
-                PageState::InStore => wanted.push(p),
-                PageState::Empty if self.zero_ahead => empty.push(p),
+                PageState::InStore if wanted.len() < pages && !self.fetcher.holds(p) => {
+                    wanted.push(p)
+                }
+                PageState::Empty if self.zero_ahead && step <= pages as i64 => empty.push(p),
                 _ => {}
             }
         }
-        let room = self.room_for(wanted.len() + empty.len());
-        wanted.truncate(room);
-        empty.truncate(room - wanted.len());
-        empty.sort_unstable();
-        self.zero_fill_ahead(&empty);
-        self.zero_ahead_pages = empty;
+        wanted.truncate(self.budget_pages);
         wanted.sort_unstable();
         if wanted.len() >= MARKER_MIN_PAGES {
             // The marker: left in the store, so the stream faults on it
-            // halfway through, and the next window is read while it goes
-            // through the second half, instead of after it.
+            // halfway through, and asks for the next window then.
             wanted.remove(wanted.len() / 2);
         }
-        if !wanted.is_empty() && self.read_pages(&wanted) {
-            self.map_prefetched(&wanted);
+        let fetching = wanted.len();
+        if fetching > 0 {
+            let buf = self.spare_bufs.pop().unwrap_or_default();
+            self.fetcher.send(wanted, buf);
+            Counters::add(&self.counters.prefetch_reads, 1);
+        } else {
+            self.prefetch_pages = wanted;
         }
-        self.prefetch_pages = wanted;
+        let room = self.room_for(fetching + empty.len());
+        empty.truncate(room.saturating_sub(fetching));
+        empty.sort_unstable();
+        self.zero_fill_ahead(&empty);
+        self.zero_ahead_pages = empty;
+    }
+
+    /// Map every window in flight once it is read (waiting for them).
+    pub(crate) fn finish_fetch(&mut self) {
+        for _ in 0..MAX_IN_FLIGHT {
+            self.finish_oldest_fetch();
+        }
+    }
+
+    fn finish_oldest_fetch(&mut self) {
+        if let Some(fetch) = self.fetcher.wait() {
+            self.fetched(fetch);
+        }
+    }
+
+    /// Map the windows in flight that have been read; never waits.
+    pub(crate) fn poll_fetch(&mut self) {
+        for _ in 0..MAX_IN_FLIGHT {
+            match self.fetcher.try_done() {
+                Some(fetch) => self.fetched(fetch),
+                None => break,
+            }
+        }
+    }
+
+    /// The events in `msgs` were just read, so the threads behind them go
+    /// on: a REMOVE's madvise zaps its range as soon as we have read it. A
+    /// window in flight mapped after that could bring a zapped page back
+    /// with its old bytes; so the windows are finished now, without the
+    /// pages inside those ranges (the events then make them `Empty`).
+    pub(crate) fn finish_fetch_before_events(&mut self, msgs: &[Msg]) {
+        if !self.fetcher.busy() {
+            return;
+        }
+        let ranges: Vec<(usize, usize)> = (msgs.iter())
+            .filter_map(|msg| match *msg {
+                Msg::Remove { start, end } | Msg::Unmap { start, end } => Some((start, end)),
+                Msg::Remap { from, len, .. } => Some((from, from + len)),
+                Msg::Fault(_) => None,
+            })
+            .collect();
+        if ranges.is_empty() {
+            return;
+        }
+        let inside =
+            |addr: usize| ranges.iter().any(|&(start, end)| addr + PAGE_SIZE > start && addr < end);
+        for _ in 0..MAX_IN_FLIGHT {
+            let Some(mut fetch) = self.fetcher.wait() else { return };
+            let mut kept = 0;
+            for i in 0..fetch.pages.len() {
+                let page = fetch.pages[i];
+                if !inside(self.page_addr(page)) {
+                    let from = i * PAGE_SIZE;
+                    fetch.buf.copy_within(from..from + PAGE_SIZE, kept * PAGE_SIZE);
+                    fetch.pages[kept] = page;
+                    kept += 1;
+                }
+            }
+            fetch.pages.truncate(kept);
+            self.fetched(fetch);
+        }
+    }
+
+    /// A window was read: map what fits in the budget. A failure is only
+    /// logged; nobody waits on these pages, which fault on their own.
+    fn fetched(&mut self, fetch: Fetch) {
+        let Fetch { mut pages, buf, result } = fetch;
+        match result {
+            Ok(()) => {
+                // Room was made when the read went out; faults since may
+                // have used it.
+                pages.truncate(self.room_for(pages.len()));
+                self.map_prefetched(&pages, &buf);
+            }
+            Err(e) => {
+                tracing::warn!("fault handler: prefetch of {} pages failed: {e}", pages.len());
+            }
+        }
+        if self.spare_bufs.len() < MAX_IN_FLIGHT {
+            self.spare_bufs.push(buf);
+        }
+        self.prefetch_pages = pages;
     }
 
     /// Evict until `count` more pages fit in the budget; how many fit. A
@@ -104,37 +198,17 @@ impl Handler {
         count.min(self.budget_pages.saturating_sub(self.table.resident()))
     }
 
-    /// One store read for `pages` (sorted), runs of consecutive pages joined,
-    /// into `prefetch_buf`. A failure is logged; nobody waits on these pages.
-    fn read_pages(&mut self, pages: &[u32]) -> bool {
-        self.prefetch_buf.resize(pages.len() * PAGE_SIZE, 0);
-        let mut ops = Vec::with_capacity(pages.len());
-        let mut rest = self.prefetch_buf.as_mut_slice();
-        for run in runs(pages) {
-            let (buf, tail) = rest.split_at_mut(run.len() * PAGE_SIZE);
-            ops.push(ReadOp { page: u64::from(run[0]), buf });
-            rest = tail;
-        }
-        match self.store.read(&mut ops) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!("fault handler: prefetch of {} pages failed: {e}", pages.len());
-                false
-            }
-        }
-    }
-
-    /// Map the pages read into `prefetch_buf`, one UFFDIO_COPY per run, all
+    /// Map the pages read into `buf`, one UFFDIO_COPY per run, all
     /// write-protected (`Clean`) or all writable (`Dirty`). Stops at the
     /// first refusal (EAGAIN while an event is queued): pages not mapped
     /// stay `InStore`.
-    fn map_prefetched(&mut self, pages: &[u32]) {
+    fn map_prefetched(&mut self, pages: &[u32], buf: &[u8]) {
         let writable = self.intent.map_writable();
         let now = if writable { PageState::Dirty } else { PageState::Clean };
         let mut offset = 0;
         let mut mapped = 0;
         for run in runs(pages) {
-            let bytes = &self.prefetch_buf[offset..offset + run.len() * PAGE_SIZE];
+            let bytes = &buf[offset..offset + run.len() * PAGE_SIZE];
             offset += bytes.len();
             let (copied, result) = self.uffd.copy_run(self.page_addr(run[0]), bytes, !writable);
             for &page in &run[..copied / PAGE_SIZE] {
@@ -180,9 +254,4 @@ impl Handler {
         Counters::add(&self.counters.pages_zeroed_ahead, mapped);
         self.publish_resident();
     }
-}
-
-/// Maximal runs of consecutive page numbers in sorted `pages`.
-fn runs(pages: &[u32]) -> impl Iterator<Item = &[u32]> {
-    pages.chunk_by(|a, b| b.checked_sub(*a) == Some(1))
 }

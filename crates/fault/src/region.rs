@@ -3,6 +3,7 @@
 use crate::batch::BatchSize;
 use crate::discards::Discards;
 use crate::error::{FaultError, Result};
+use crate::fetch::Fetcher;
 use crate::handler::Handler;
 use crate::mem::Mapping;
 use crate::state::{PageTable, Policy};
@@ -121,6 +122,8 @@ impl Region {
             .map_err(FaultError::os("register staging"))?;
         let writer = Writer::start(Arc::clone(&store), Arc::clone(&staging))
             .map_err(FaultError::os("spawn write-back thread"))?;
+        let fetcher =
+            Fetcher::start(Arc::clone(&store)).map_err(FaultError::os("spawn fetch thread"))?;
         let counters = Arc::new(Counters::default());
         let discards = Arc::new(Discards::default());
         let handler = Handler {
@@ -138,6 +141,7 @@ impl Region {
             zero_page: vec![0; PAGE_SIZE],
             victims: Vec::with_capacity(batch.max()),
             writer,
+            fetcher,
             writing: std::collections::HashMap::with_capacity(staging_pages),
             batch,
             deferred: Vec::new(),
@@ -145,7 +149,7 @@ impl Region {
             intent: crate::intent::WriteIntent::new(tuning.write_intent),
             zero_ahead: tuning.zero_ahead,
             prefetch_pages: Vec::new(),
-            prefetch_buf: Vec::new(),
+            spare_bufs: Vec::new(),
             zero_ahead_pages: Vec::new(),
             zero_run: Vec::new(),
             low_water_pages: tuning

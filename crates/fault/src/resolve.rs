@@ -58,6 +58,11 @@ impl Handler {
                 result => return self.finish(page, result),
             }
         }
+        if self.fetcher.holds(page) {
+            // Its read is under way: wait for it rather than read it twice.
+            Counters::add(&self.counters.waited_on_fetch, 1);
+            self.finish_fetch();
+        }
         let missing = !self.table.get(page).is_resident();
         let result = match self.table.get(page) {
             PageState::Clean | PageState::Dirty => self.already_mapped(page),

@@ -28,6 +28,8 @@ pub(crate) struct Counters {
     pub eviction_batches_ahead: AtomicU64,
     pub pages_zeroed_ahead: AtomicU64,
     pub from_staging: AtomicU64,
+    pub waited_on_fetch: AtomicU64,
+    pub prefetch_reads: AtomicU64,
     pub store_pages_mapped_writable: AtomicU64,
     pub handler_failures: AtomicU64,
     /// Set by `Region::fail_handler_for_tests`: the handler panics at its
@@ -115,6 +117,11 @@ pub struct HandlerStats {
     /// Faults on pages whose write-back was still in flight, served from
     /// the staging copy with no store read.
     pub faults_from_staging: u64,
+    /// Prefetch windows handed to the fetch thread (one store read each).
+    pub prefetch_reads: u64,
+    /// Faults on pages of a prefetch window still being read: the faulting
+    /// thread waited for that read instead of making its own.
+    pub faults_waited_on_fetch: u64,
     /// Pages read from the store (by a read fault or prefetch) and mapped
     /// writable, because most such pages were being written (`intent.rs`).
     pub store_pages_mapped_writable: u64,
@@ -153,6 +160,8 @@ impl Counters {
             eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
             pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
             faults_from_staging: self.from_staging.load(Relaxed),
+            faults_waited_on_fetch: self.waited_on_fetch.load(Relaxed),
+            prefetch_reads: self.prefetch_reads.load(Relaxed),
             store_pages_mapped_writable: self.store_pages_mapped_writable.load(Relaxed),
             handler_failures: self.handler_failures.load(Relaxed),
         }

@@ -13,8 +13,12 @@ const HISTORY: usize = 8;
 const MIN_DELTAS: usize = 2;
 /// Window of the first prefetch on a new trend, in pages.
 pub const FIRST_WINDOW_PAGES: usize = 8;
+/// Prefetch reads up to this many windows ahead of the fault, one window
+/// per read (`fetch.rs` has as many in flight), so that the store reads
+/// the next window while the handler maps the last.
+pub const REACH_WINDOWS: usize = 2;
 
-/// The pages a prefetch covered: `first + i * stride` for `i < count`.
+/// The pages a prefetch may cover: `first + i * stride` for `i < count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
     pub first: i64,
@@ -42,7 +46,8 @@ impl Window {
 /// What the trend says about a fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Advice {
-    /// Prefetch `pages` pages along `stride` after the faulting page.
+    /// Prefetch `pages` pages along `stride`, of those within
+    /// `REACH_WINDOWS * pages` steps after the faulting page.
     pub stride: i64,
     pub pages: usize,
     /// The fault continued the last window: its pages before step
@@ -105,7 +110,8 @@ impl Trend {
         if passed.is_some() {
             self.size = (self.size * 2).min(self.max_pages);
         }
-        self.window = Some(Window { first: page + stride, stride, count: self.size });
+        let count = self.size * REACH_WINDOWS;
+        self.window = Some(Window { first: page + stride, stride, count });
         Some(Advice { stride, pages: self.size, passed })
     }
 

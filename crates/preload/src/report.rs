@@ -62,7 +62,9 @@ fn write_stats() -> std::io::Result<()> {
         j,
         "\"faults_zero_filled\":{},\"faults_from_store\":{},\"pages_written_back\":{},\
          \"pages_clean_dropped\":{},\"pages_zero_dropped\":{},\"faults_write_protect\":{},\
-         \"pages_poisoned\":{},\"pages_resident\":{},\"pages_prefetched\":{},",
+         \"pages_poisoned\":{},\"pages_resident\":{},\"pages_prefetched\":{},\
+         \"prefetch_hits\":{},\"prefetch_wasted\":{},\"pages_zeroed_ahead\":{},\
+         \"faults_waited_on_fetch\":{},\"faults_from_staging\":{},",
         s.faults_zero_filled,
         s.faults_from_store,
         s.pages_written_back,
@@ -71,7 +73,12 @@ fn write_stats() -> std::io::Result<()> {
         s.faults_write_protect,
         s.pages_poisoned,
         s.pages_resident,
-        h.pages_prefetched
+        h.pages_prefetched,
+        h.prefetch_hits,
+        h.prefetch_wasted,
+        h.pages_zeroed_ahead,
+        h.faults_waited_on_fetch,
+        h.faults_from_staging,
     );
     let m = heap.copies.stats();
     let _ = write!(
