@@ -13,9 +13,10 @@ const SLOW_WRITE: Duration = Duration::from_millis(2);
 /// A write this fast needs no more than the base batch.
 const FAST_WRITE: Duration = Duration::from_micros(500);
 /// The most pages one adaptive batch may take, and at most this share of
-/// the budget (a batch leaves that much of the budget empty for a moment).
+/// the budget: the two staging halves are kept out of the budget's mapped
+/// pages (`Region::reserved_pages`), so their size is budget lost to caching.
 pub(crate) const MAX_BATCH_PAGES: usize = 1024;
-const MAX_BUDGET_SHARE: usize = 8;
+const MAX_BUDGET_SHARE: usize = 16;
 
 #[derive(Debug)]
 pub(crate) struct BatchSize {
@@ -82,7 +83,7 @@ mod tests {
 
     #[test]
     fn a_small_budget_caps_the_batch_but_never_below_the_base() {
-        assert_eq!(BatchSize::new(32, 4096).max(), 512);
+        assert_eq!(BatchSize::new(32, 4096).max(), 256);
         assert_eq!(BatchSize::new(32, 64).max(), 32);
     }
 }

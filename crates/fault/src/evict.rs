@@ -47,11 +47,15 @@ const AHEAD_BATCH_PAGES: usize = 8;
 
 impl Handler {
     /// Nothing is pending but the region is within the low-water margin of
-    /// its budget: evict now, so that the next fault finds room.
+    /// its budget: evict now, so that the next fault finds room. The margin
+    /// is never more than the pages held beyond the budget: a region whose
+    /// pages all fit keeps them all mapped (with a fixed margin, a program
+    /// that fit its budget exactly missed on every page of a scan).
     pub(crate) fn wants_headroom(&self) -> bool {
-        let free = self.budget_pages.saturating_sub(self.table.resident());
+        let free = self.mapped_budget().saturating_sub(self.table.resident());
+        let over = self.table.held().saturating_sub(self.budget_pages);
         let ready = !self.headroom_stalled && self.writer.free_half().is_some();
-        ready && self.low_water_pages > 0 && free < self.low_water_pages
+        ready && free < self.low_water_pages.min(over)
     }
 
     /// One batch, ahead of need; the serve loop polls for faults between
@@ -66,8 +70,19 @@ impl Handler {
         self.publish_resident();
     }
 
+    /// The most pages to keep mapped: the whole budget while the pages held
+    /// fit it; else the budget less the handler's buffers, which then hold
+    /// pages too (staged victims, windows being read).
+    pub(crate) fn mapped_budget(&self) -> usize {
+        if self.table.held() <= self.budget_pages {
+            self.budget_pages
+        } else {
+            self.budget_pages - self.reserve_pages
+        }
+    }
+
     pub(crate) fn make_room(&mut self) {
-        if self.table.resident() >= self.budget_pages {
+        if self.table.resident() >= self.mapped_budget() {
             self.evict_batch();
         }
     }

@@ -12,6 +12,7 @@
 //! could: a fault on one of its pages, the next prefetch, and any event
 //! (remove, unmap, remap). Eviction never touches a page that is not mapped.
 
+use crate::mem::PageBuf;
 use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
@@ -24,7 +25,8 @@ pub(crate) const MAX_IN_FLIGHT: usize = 2;
 
 pub(crate) struct Fetch {
     pub pages: Vec<u32>,
-    pub buf: Vec<u8>,
+    /// One of the handler's `MAX_IN_FLIGHT` window buffers.
+    pub buf: PageBuf,
     pub result: StoreResult<()>,
 }
 
@@ -69,7 +71,7 @@ impl Fetcher {
     }
 
     /// Start reading `pages` (sorted, non-empty) into `buf`.
-    pub(crate) fn send(&mut self, pages: Vec<u32>, buf: Vec<u8>) {
+    pub(crate) fn send(&mut self, pages: Vec<u32>, buf: PageBuf) {
         assert!(!self.full(), "at most MAX_IN_FLIGHT windows in flight");
         debug_assert!(pages.is_sorted());
         self.in_flight.push_back(pages.clone());
@@ -117,10 +119,9 @@ impl Drop for Fetcher {
 }
 
 /// One store read for `pages` (sorted), runs of consecutive pages joined.
-fn read_runs(store: &dyn PageStore, pages: &[u32], buf: &mut Vec<u8>) -> StoreResult<()> {
-    buf.resize(pages.len() * PAGE_SIZE, 0);
+fn read_runs(store: &dyn PageStore, pages: &[u32], buf: &mut PageBuf) -> StoreResult<()> {
     let mut ops = Vec::with_capacity(pages.len());
-    let mut rest = buf.as_mut_slice();
+    let mut rest = buf.bytes_mut(pages.len() * PAGE_SIZE);
     for run in runs(pages) {
         let (bytes, tail) = rest.split_at_mut(run.len() * PAGE_SIZE);
         ops.push(ReadOp { page: u64::from(run[0]), buf: bytes });

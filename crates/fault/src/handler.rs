@@ -48,6 +48,9 @@ pub(crate) struct Handler {
     pub counters: Arc<Counters>,
     pub discards: Arc<Discards>,
     pub budget_pages: usize,
+    /// Kept out of the mapped pages while `held` exceeds the budget, for the
+    /// staging halves and the prefetch windows (`Region::reserved_pages`).
+    pub reserve_pages: usize,
     /// Registered with `staging_uffd` (UFFDIO_MOVE wants that of its
     /// target); `HALVES` halves of one slot per page of the largest
     /// eviction batch. A half is empty unless a batch is in it.
@@ -59,7 +62,7 @@ pub(crate) struct Handler {
     /// The fetch thread, and the one prefetch window it may be reading.
     pub fetcher: crate::fetch::Fetcher,
     /// One page: the target of store reads.
-    pub page_buf: Vec<u8>,
+    pub page_buf: crate::mem::PageBuf,
     /// One page of zeroes, copied in for write faults on empty pages.
     pub zero_page: Vec<u8>,
     /// Pages per eviction batch, adapted to the store's write latency;
@@ -88,9 +91,10 @@ pub(crate) struct Handler {
     pub recent_gap: Duration,
     /// Scratch for prefetch: the pages of one window.
     pub prefetch_pages: Vec<u32>,
-    /// Buffers for windows in flight, kept for reuse (a fresh one per
+    /// The window buffers not in flight: with those in flight, always
+    /// `MAX_IN_FLIGHT` of a largest window each, made once (a fresh one per
     /// window would be faulted in and zeroed each time).
-    pub spare_bufs: Vec<Vec<u8>>,
+    pub spare_bufs: Vec<crate::mem::PageBuf>,
     /// Scratch for prefetch: the untouched pages of one window, and zeroes
     /// to copy over them (grown to the longest run seen, at most a window).
     pub zero_ahead_pages: Vec<u32>,

@@ -73,6 +73,34 @@ impl Mapping {
     }
 }
 
+/// Page-aligned bytes of the handler's own, never registered with
+/// userfaultfd: buffers for store I/O. Aligned, so an O_DIRECT store reads
+/// into them with no bounce copy; mapped, so they never grow a malloc arena
+/// (a `Vec` per prefetch window did, by megabytes).
+pub struct PageBuf {
+    map: Mapping,
+}
+
+impl PageBuf {
+    pub fn new(pages: usize) -> io::Result<PageBuf> {
+        Ok(PageBuf { map: Mapping::new(pages)? })
+    }
+
+    pub fn bytes(&self, len_bytes: usize) -> &[u8] {
+        assert!(len_bytes <= self.map.len_bytes, "past the buffer");
+        // SAFETY: inside our live, readable mapping; it is registered with
+        // no userfaultfd, so a touch never waits on a handler.
+        unsafe { std::slice::from_raw_parts(self.map.addr as *const u8, len_bytes) }
+    }
+
+    pub fn bytes_mut(&mut self, len_bytes: usize) -> &mut [u8] {
+        assert!(len_bytes <= self.map.len_bytes, "past the buffer");
+        // SAFETY: as in `bytes`; `&mut self` makes this the only view, since
+        // nothing else knows the mapping's address.
+        unsafe { std::slice::from_raw_parts_mut(self.map.addr as *mut u8, len_bytes) }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: we mapped exactly this range and nothing borrows it any

@@ -72,7 +72,7 @@ impl Handler {
                 _ => {}
             }
         }
-        wanted.truncate(self.budget_pages);
+        wanted.truncate(self.mapped_budget());
         wanted.sort_unstable();
         if wanted.len() >= MARKER_MIN_PAGES {
             // The marker: left in the store, so the stream faults on it
@@ -81,11 +81,18 @@ impl Handler {
         }
         let fetching = wanted.len();
         if fetching > 0 {
-            let buf = self.spare_bufs.pop().unwrap_or_default();
+            let buf = self.spare_bufs.pop().expect("one buffer per window in flight");
             self.fetcher.send(wanted, buf);
             Counters::add(&self.counters.prefetch_reads, 1);
         } else {
             self.prefetch_pages = wanted;
+        }
+        // Zero pages are a guess. While the pages held fit the budget they
+        // may not push it over: that would evict real pages for ones the
+        // program may never touch (a scan's window reaching past its data).
+        let under = self.budget_pages.saturating_sub(self.table.held());
+        if under > 0 {
+            empty.truncate(under);
         }
         let room = self.room_for(fetching + empty.len());
         empty.truncate(room.saturating_sub(fetching));
@@ -145,7 +152,8 @@ impl Handler {
                 let page = fetch.pages[i];
                 if !inside(self.page_addr(page)) {
                     let from = i * PAGE_SIZE;
-                    fetch.buf.copy_within(from..from + PAGE_SIZE, kept * PAGE_SIZE);
+                    let bytes = fetch.buf.bytes_mut(fetch.pages.len() * PAGE_SIZE);
+                    bytes.copy_within(from..from + PAGE_SIZE, kept * PAGE_SIZE);
                     fetch.pages[kept] = page;
                     kept += 1;
                 }
@@ -164,15 +172,14 @@ impl Handler {
                 // Room was made when the read went out; faults since may
                 // have used it.
                 pages.truncate(self.room_for(pages.len()));
-                self.map_prefetched(&pages, &buf);
+                self.map_prefetched(&pages, buf.bytes(pages.len() * PAGE_SIZE));
             }
             Err(e) => {
                 tracing::warn!("fault handler: prefetch of {} pages failed: {e}", pages.len());
             }
         }
-        if self.spare_bufs.len() < MAX_IN_FLIGHT {
-            self.spare_bufs.push(buf);
-        }
+        self.spare_bufs.push(buf);
+        debug_assert!(self.spare_bufs.len() <= MAX_IN_FLIGHT);
         self.prefetch_pages = pages;
     }
 
@@ -189,13 +196,13 @@ impl Handler {
         // Each batch frees up to `batch_pages`; a batch that frees none
         // (every victim kept) ends the loop through the bound.
         for _ in 0..count.div_ceil(batch_pages) + 1 {
-            let need = (self.table.resident() + count).saturating_sub(self.budget_pages);
+            let need = (self.table.resident() + count).saturating_sub(self.mapped_budget());
             if need == 0 {
                 break;
             }
             self.evict(need.min(batch_pages).max(self.batch.pages()));
         }
-        count.min(self.budget_pages.saturating_sub(self.table.resident()))
+        count.min(self.mapped_budget().saturating_sub(self.table.resident()))
     }
 
     /// Map the pages read into `buf`, one UFFDIO_COPY per run, all

@@ -3,9 +3,9 @@
 use crate::batch::BatchSize;
 use crate::discards::Discards;
 use crate::error::{FaultError, Result};
-use crate::fetch::Fetcher;
+use crate::fetch::{Fetcher, MAX_IN_FLIGHT};
 use crate::handler::Handler;
-use crate::mem::Mapping;
+use crate::mem::{Mapping, PageBuf};
 use crate::state::{PageTable, Policy};
 use crate::stats::{Counters, DetailedStats, HandlerStats, RegionStats};
 use crate::trend::Trend;
@@ -41,7 +41,7 @@ pub struct Tuning {
     /// Victim selection; S3-FIFO unless asked otherwise.
     pub policy: Policy,
     /// Largest prefetch window, in pages (0: no prefetch). The window used
-    /// is also at most a quarter of the budget.
+    /// is also at most a sixteenth of the budget.
     pub prefetch_max_pages: usize,
     /// When no fault is pending and fewer than this many pages are free
     /// below the budget, the handler evicts a batch ahead of need (0: only
@@ -61,6 +61,17 @@ pub struct Tuning {
 
 /// ACMS found a 512-page window right for a sequential scan.
 const PREFETCH_MAX_PAGES: usize = 512;
+/// A prefetch window is at most this share of the budget: with
+/// `MAX_IN_FLIGHT` windows and the staging halves (`batch.rs`), the
+/// handler's buffers take at most a quarter of it.
+const WINDOW_BUDGET_SHARE: usize = 16;
+
+/// The staging halves and the window buffers, all of which may hold pages
+/// at once; never more than a quarter of the budget, which they always
+/// are unless the budget is under `MAX_BUDGET_SHARE * evict_batch_pages`.
+fn reserve_pages(budget_pages: usize, staging_pages: usize, window_pages: usize) -> usize {
+    (staging_pages + MAX_IN_FLIGHT * window_pages).min(budget_pages / 4)
+}
 
 impl Default for Tuning {
     fn default() -> Tuning {
@@ -87,6 +98,7 @@ pub struct Region {
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
     discards: Arc<Discards>,
+    reserve_pages: usize,
     map: Mapping,
 }
 
@@ -111,6 +123,12 @@ impl Region {
         let map = Mapping::new(pages as usize).map_err(FaultError::os("mmap region"))?;
         let batch = BatchSize::new(config.evict_batch_pages, config.budget_pages);
         let staging_pages = HALVES * batch.max();
+        let window_pages = tuning.prefetch_max_pages.min(config.budget_pages / WINDOW_BUDGET_SHARE);
+        let spare_bufs = (0..if window_pages > 0 { MAX_IN_FLIGHT } else { 0 })
+            .map(|_| PageBuf::new(window_pages))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(FaultError::os("mmap prefetch buffers"))?;
+        let reserve_pages = reserve_pages(config.budget_pages, staging_pages, window_pages);
         let staging =
             Arc::new(Mapping::new(staging_pages).map_err(FaultError::os("mmap staging"))?);
         let uffd = Uffd::open_region().map_err(FaultError::os("open userfaultfd"))?;
@@ -136,8 +154,9 @@ impl Region {
             counters: counters.clone(),
             discards: discards.clone(),
             budget_pages: config.budget_pages,
+            reserve_pages,
             staging,
-            page_buf: vec![0; PAGE_SIZE],
+            page_buf: PageBuf::new(1).map_err(FaultError::os("mmap page buffer"))?,
             zero_page: vec![0; PAGE_SIZE],
             victims: Vec::with_capacity(batch.max()),
             writer,
@@ -145,11 +164,11 @@ impl Region {
             writing: std::collections::HashMap::with_capacity(staging_pages),
             batch,
             deferred: Vec::new(),
-            trend: Trend::new(tuning.prefetch_max_pages.min(config.budget_pages / 4)),
+            trend: Trend::new(window_pages),
             intent: crate::intent::WriteIntent::new(tuning.write_intent),
             zero_ahead: tuning.zero_ahead,
             prefetch_pages: Vec::new(),
-            spare_bufs: Vec::new(),
+            spare_bufs,
             zero_ahead_pages: Vec::new(),
             zero_run: Vec::new(),
             low_water_pages: tuning
@@ -166,7 +185,14 @@ impl Region {
             .name("memlend-fault".into())
             .spawn(move || handler.run(stop_rx))
             .map_err(FaultError::os("spawn fault handler"))?;
-        Ok(Region { stop: Some(stop_tx), thread: Some(thread), counters, discards, map })
+        Ok(Region {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            counters,
+            discards,
+            reserve_pages,
+            map,
+        })
     }
 
     /// Start of the region. Valid for reads and writes of `len()` bytes
@@ -182,6 +208,15 @@ impl Region {
     /// Never true: a region has at least one page.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// Pages of the budget kept back for the handler's own buffers (the
+    /// staging halves and the prefetch windows) while the region holds more
+    /// pages than its budget: then at most `budget - reserved` are mapped,
+    /// so mapped, staged and prefetched pages together stay within the
+    /// budget. A region whose pages all fit maps them all.
+    pub fn reserved_pages(&self) -> usize {
+        self.reserve_pages
     }
 
     pub fn stats(&self) -> RegionStats {

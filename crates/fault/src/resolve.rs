@@ -172,8 +172,9 @@ impl Handler {
         let now = if writable { PageState::Dirty } else { PageState::Clean };
         self.record_mapped(page, Fill::Store, now);
         let page_addr = self.page_addr(page);
-        let result =
-            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.page_buf, !writable));
+        let result = resolve(&self.uffd, page_addr, || {
+            self.uffd.copy(page_addr, self.page_buf.bytes(PAGE_SIZE), !writable)
+        });
         self.undo_if_failed(page, PageState::InStore, Fill::Store, result)
     }
 
@@ -209,14 +210,15 @@ impl Handler {
     }
 
     fn read_page(&mut self, page: u32) -> StoreResult<()> {
-        let mut ops = [ReadOp { page: u64::from(page), buf: &mut self.page_buf }];
+        let mut ops = [ReadOp { page: u64::from(page), buf: self.page_buf.bytes_mut(PAGE_SIZE) }];
         let mut last = self.store.read(&mut ops);
         for pause in READ_PAUSES {
             if last.is_ok() {
                 break;
             }
             std::thread::sleep(pause);
-            let mut ops = [ReadOp { page: u64::from(page), buf: &mut self.page_buf }];
+            let mut ops =
+                [ReadOp { page: u64::from(page), buf: self.page_buf.bytes_mut(PAGE_SIZE) }];
             last = self.store.read(&mut ops);
         }
         last

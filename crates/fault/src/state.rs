@@ -103,6 +103,8 @@ pub struct PageTable {
     ghost_limit: usize,
     /// Stale entries allowed in the queues before they are compacted.
     stale_limit: usize,
+    /// Pages not `Empty`: the region's footprint, resident or not.
+    held: usize,
 }
 
 impl PageTable {
@@ -118,6 +120,7 @@ impl PageTable {
             small_target: (budget_pages / 10).max(1),
             ghost_limit: budget_pages,
             stale_limit: (budget_pages / 4).max(64),
+            held: 0,
         }
     }
 
@@ -137,9 +140,18 @@ impl PageTable {
         self.small_live + self.main_live
     }
 
+    /// Pages with contents (not `Empty`), mapped, being evicted or in the
+    /// store: when this fits the budget, every page can stay mapped.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
     fn set(&mut self, page: u32, now: PageState) {
         let byte = &mut self.bits[page as usize];
+        let was = PageState::from_bits(*byte);
         *byte = (*byte & !STATE_MASK) | now as u8;
+        self.held += usize::from(now != PageState::Empty);
+        self.held -= usize::from(was != PageState::Empty);
     }
 
     fn flag(&self, page: u32, flag: u8) -> bool {
@@ -381,6 +393,26 @@ mod tests {
         assert_eq!(table.get(1), PageState::Dirty);
         table.take_victims(8, &mut victims);
         assert_eq!(victims, [7, 1]);
+    }
+
+    #[test]
+    fn held_counts_pages_with_contents_wherever_they_are() {
+        let mut table = PageTable::new(8, 2, Policy::S3Fifo);
+        for page in [0, 1, 2] {
+            table.map(page, PageState::Dirty);
+        }
+        let mut victims = Vec::new();
+        table.take_victims(1, &mut victims);
+        assert_eq!((table.resident(), table.held()), (2, 3), "a victim in flight is held");
+        table.evicted(victims[0]);
+        assert_eq!(table.held(), 3, "a page in the store is held");
+        table.map(victims[0], PageState::Clean);
+        table.forget(1);
+        table.forget(5);
+        assert_eq!(table.held(), 2, "forgotten and never-touched pages are not");
+        table.take_victims(1, &mut victims);
+        table.emptied(victims[0]);
+        assert_eq!(table.held(), 1);
     }
 
     #[test]

@@ -13,12 +13,13 @@ const PAGES: usize = 16_384;
 const BUDGET_PAGES: usize = PAGES / 4;
 
 fn region(low_water_pages: usize) -> Region {
+    region_with_budget(low_water_pages, BUDGET_PAGES)
+}
+
+fn region_with_budget(low_water_pages: usize, budget_pages: usize) -> Region {
     let store = Arc::new(RamStore::new(PAGES as u64, RamOptions::default()).unwrap());
-    let config = RegionConfig {
-        size_bytes: PAGES * PAGE_SIZE,
-        budget_pages: BUDGET_PAGES,
-        evict_batch_pages: 32,
-    };
+    let config =
+        RegionConfig { size_bytes: PAGES * PAGE_SIZE, budget_pages, evict_batch_pages: 32 };
     let tuning = Tuning {
         prefetch_max_pages: 0,
         low_water_pages: Some(low_water_pages),
@@ -82,6 +83,44 @@ fn idle_time_is_used_to_evict_ahead() {
     // A fault found the margin empty only if it came during a batch.
     let free = BUDGET_PAGES as u64 - stats.pages_resident;
     assert!(free >= 32, "{free} pages free when idle: {stats:?}");
+}
+
+/// A program whose pages all fit its budget keeps them all mapped, however
+/// close to the budget it runs: before, the low-water margin evicted ahead
+/// anyway, and a sequential pass over exactly a budget's worth of pages
+/// missed on every page.
+#[test]
+fn pages_that_fit_the_budget_are_never_evicted_ahead() {
+    let fits = BUDGET_PAGES - 8;
+    let region = region_with_budget(256, BUDGET_PAGES);
+    for pass in 0..3u64 {
+        for page in 0..fits {
+            // SAFETY: an aligned word inside the live region; one thread.
+            let got = unsafe { word(&region, page).read_volatile() };
+            assert_eq!(got, if pass == 0 { 0 } else { pass * 1000 + page as u64 });
+            // SAFETY: as above.
+            unsafe { word(&region, page).write_volatile((pass + 1) * 1000 + page as u64) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (stats, handler) = (region.stats(), region.handler_stats());
+    assert_eq!(stats.faults_from_store, 0, "{stats:?} {handler:?}");
+    assert_eq!(stats.eviction_batches, 0, "{stats:?} {handler:?}");
+    // Zero-fill ahead may map a few pages past the scan, never past the budget.
+    assert!((fits..=BUDGET_PAGES).contains(&(stats.pages_resident as usize)), "{stats:?}");
+    // A dozen scattered pages more than fit: now the handler's buffers
+    // are kept out of the budget, and the margin kept free below that is
+    // about the dozen (plus one eviction batch), not the 256 asked for.
+    for i in 0..12 {
+        // SAFETY: as above.
+        unsafe { word(&region, PAGES - 1 - i * i * 7).write_volatile(7) };
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let stats = region.stats();
+    let reserved = region.reserved_pages();
+    assert!((1..=BUDGET_PAGES / 4).contains(&reserved), "{reserved} reserved");
+    let margin = BUDGET_PAGES - reserved - stats.pages_resident as usize;
+    assert!((1..=64).contains(&margin), "{margin} pages free: {stats:?}");
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
