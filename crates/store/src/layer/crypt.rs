@@ -53,8 +53,15 @@
 use super::{StripeLocks, StripeSet};
 use crate::{check_range, check_run, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
 use crate::{WriteOp, PAGE_SIZE};
+use parking_lot::Mutex;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Ciphertext buffers kept for reuse, and the largest kept: a fresh
+/// `vec![0; n]` per batch was zeroed (or faulted in) page by page only to
+/// be overwritten, and grew a malloc arena per writing thread.
+const SPARE_BUFS: usize = 4;
+const SPARE_BUF_MAX_BYTES: usize = 8 << 20;
 
 /// Bits of the nonce that hold the page index; the rest hold the version.
 const PAGE_BITS: u32 = 40;
@@ -72,6 +79,7 @@ pub struct Crypt<S> {
     meta: Box<[PageMeta]>,
     stripes: StripeLocks,
     corrupt_pages: AtomicU64,
+    spare: Mutex<Vec<Vec<u8>>>,
 }
 
 /// What this process remembers of one page; all zero for a fresh page.
@@ -105,6 +113,7 @@ impl<S: PageStore> Crypt<S> {
             meta: super::table::zeroed(pages, "tags")?,
             stripes: StripeLocks::new(),
             corrupt_pages: AtomicU64::new(0),
+            spare: Mutex::new(Vec::new()),
         })
     }
 
@@ -140,15 +149,15 @@ impl<S: PageStore> Crypt<S> {
 
     /// Encrypt every page of `ops` into `sealed` under its next version and
     /// record version and tag. The caller owns the stripes.
+    /// Encrypt in place the plaintext of `ops`, which `sealed` holds in order.
     fn seal(&self, ops: &[WriteOp<'_>], sealed: &mut [u8]) -> StoreResult<()> {
-        let plain = ops.iter().flat_map(|op| {
-            op.data.chunks_exact(PAGE_SIZE).enumerate().map(|(i, c)| (op.page + i as u64, c))
-        });
-        for ((page, src), dst) in plain.zip(sealed.chunks_exact_mut(PAGE_SIZE)) {
+        let pages = ops
+            .iter()
+            .flat_map(|op| (0..(op.data.len() / PAGE_SIZE) as u64).map(move |i| op.page + i));
+        for (page, dst) in pages.zip(sealed.chunks_exact_mut(PAGE_SIZE)) {
             // Recorded page by page, so that a page named twice in one batch
             // (which callers must not do) still takes two nonces.
             let version = self.next_version(page)?;
-            dst.copy_from_slice(src);
             let tag =
                 (self.cipher.seal_in_place_separate_tag(nonce(page, version), Aad::empty(), dst))
                     .expect("a page is far below GCM's message limit");
@@ -215,6 +224,36 @@ impl PageMeta {
     }
 }
 
+impl<S: PageStore> Crypt<S> {
+    /// Seal `sealed` (the batch's plaintext, in order) in place under the
+    /// stripes' locks, record the versions and write the ciphertext below.
+    fn write_sealed(
+        &self,
+        ops: &[WriteOp<'_>],
+        set: &StripeSet,
+        sealed: &mut [u8],
+    ) -> StoreResult<()> {
+        let _owned = self.stripes.write(set);
+        // Refuse the whole batch before changing anything if a page is out
+        // of versions, so that no page is left sealed but never written.
+        for op in ops {
+            for page in op.page..op.page + (op.data.len() / PAGE_SIZE) as u64 {
+                self.next_version(page)?;
+            }
+        }
+        self.seal(ops, sealed)?;
+        let mut rest = &sealed[..];
+        let sealed_ops: Vec<WriteOp<'_>> = (ops.iter())
+            .map(|op| {
+                let (data, tail) = rest.split_at(op.data.len());
+                rest = tail;
+                WriteOp { page: op.page, data }
+            })
+            .collect();
+        self.inner.write(&sealed_ops)
+    }
+}
+
 /// The nonce of one page version: `page | version << 40`, little-endian.
 fn nonce(page: u64, version: u64) -> Nonce {
     debug_assert!(page < 1 << PAGE_BITS && (1..=MAX_VERSION).contains(&version));
@@ -252,26 +291,19 @@ impl<S: PageStore> PageStore for Crypt<S> {
         for op in ops {
             set.add_run(op.page, check_run(self.pages(), op.page, op.data.len())?);
         }
-        // One ciphertext buffer per batch, made before the locks are taken.
-        let mut sealed = vec![0u8; ops.iter().map(|op| op.data.len()).sum()];
-        let _owned = self.stripes.write(&set);
-        // Refuse the whole batch before changing anything if a page is out
-        // of versions, so that no page is left sealed but never written.
-        for op in ops {
-            for page in op.page..op.page + (op.data.len() / PAGE_SIZE) as u64 {
-                self.next_version(page)?;
+        // One ciphertext buffer per batch, filled with the plaintext before
+        // the locks are taken and sealed in place under them.
+        let mut sealed = self.spare.lock().pop().unwrap_or_default();
+        sealed.clear();
+        ops.iter().for_each(|op| sealed.extend_from_slice(op.data));
+        let result = self.write_sealed(ops, &set, &mut sealed);
+        if sealed.capacity() <= SPARE_BUF_MAX_BYTES {
+            let mut spare = self.spare.lock();
+            if spare.len() < SPARE_BUFS {
+                spare.push(sealed);
             }
         }
-        self.seal(ops, &mut sealed)?;
-        let mut rest = &sealed[..];
-        let sealed_ops: Vec<WriteOp<'_>> = (ops.iter())
-            .map(|op| {
-                let (data, tail) = rest.split_at(op.data.len());
-                rest = tail;
-                WriteOp { page: op.page, data }
-            })
-            .collect();
-        self.inner.write(&sealed_ops)
+        result
     }
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
