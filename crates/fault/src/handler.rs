@@ -87,6 +87,8 @@ pub(crate) struct Handler {
     pub writeback_failures: crate::evict::FailureLog,
     /// How long to poll without sleeping before a sleeping wait.
     pub spin: Duration,
+    /// The core this thread runs on follows the faulting threads.
+    pub follow: crate::cpu::Follow,
     /// Running average of the idle time before a message came.
     pub recent_gap: Duration,
     /// Scratch for prefetch: the pages of one window.
@@ -210,6 +212,9 @@ impl Handler {
     fn message(&mut self, msg: Msg) {
         match msg {
             Msg::Fault(fault) => {
+                if self.follow.fault(fault.tid) {
+                    Counters::add(&self.counters.handler_moves, 1);
+                }
                 if self.fault(fault) == Step::Again {
                     self.defer(fault);
                 }

@@ -15,6 +15,7 @@
 //! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.
 
 mod batch;
+mod cpu;
 mod discards;
 mod error;
 mod events;

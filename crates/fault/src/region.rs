@@ -57,6 +57,8 @@ pub struct Tuning {
     /// Along a sequential or strided trend, zero-fill the untouched pages
     /// of the window in one call instead of a fault each.
     pub zero_ahead: bool,
+    /// Run the handler on the core of the thread that faults (`cpu.rs`).
+    pub follow_faulter: bool,
 }
 
 /// ACMS found a 512-page window right for a sequential scan.
@@ -82,6 +84,7 @@ impl Default for Tuning {
             spin_us: 0,
             write_intent: true,
             zero_ahead: true,
+            follow_faulter: true,
         }
     }
 }
@@ -178,6 +181,7 @@ impl Region {
             headroom_stalled: false,
             writeback_failures: Default::default(),
             spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
+            follow: crate::cpu::Follow::new(tuning.follow_faulter),
             recent_gap: std::time::Duration::ZERO,
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;

@@ -29,6 +29,7 @@ pub(crate) struct Counters {
     pub pages_zeroed_ahead: AtomicU64,
     pub from_staging: AtomicU64,
     pub waited_on_fetch: AtomicU64,
+    pub handler_moves: AtomicU64,
     pub prefetch_reads: AtomicU64,
     pub store_pages_mapped_writable: AtomicU64,
     pub handler_failures: AtomicU64,
@@ -125,6 +126,9 @@ pub struct HandlerStats {
     /// Pages read from the store (by a read fault or prefetch) and mapped
     /// writable, because most such pages were being written (`intent.rs`).
     pub store_pages_mapped_writable: u64,
+    /// Times the handler moved to another core, following the faulting
+    /// threads (`cpu.rs`).
+    pub handler_moves: u64,
     /// 1 once the handler has failed (panicked, or poll/read on the uffd
     /// failed): every page not mapped then was poisoned (SIGBUS on touch);
     /// the reason is logged.
@@ -163,6 +167,7 @@ impl Counters {
             faults_waited_on_fetch: self.waited_on_fetch.load(Relaxed),
             prefetch_reads: self.prefetch_reads.load(Relaxed),
             store_pages_mapped_writable: self.store_pages_mapped_writable.load(Relaxed),
+            handler_moves: self.handler_moves.load(Relaxed),
             handler_failures: self.handler_failures.load(Relaxed),
         }
     }

@@ -32,6 +32,7 @@ const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 const FEATURE_EVENT_REMAP: u64 = 1 << 2;
 const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
+const FEATURE_THREAD_ID: u64 = 1 << 8;
 const FEATURE_POISON: u64 = 1 << 14;
 const FEATURE_MOVE: u64 = 1 << 16;
 const REGISTER_MODE_MISSING: u64 = 1 << 0;
@@ -112,6 +113,8 @@ pub struct Fault {
     /// A write to a write-protected page (a clean page being dirtied), not a
     /// missing page.
     pub wp: bool,
+    /// The faulting thread (0 if the kernel did not say).
+    pub tid: u32,
 }
 
 /// One message from the descriptor.
@@ -150,13 +153,15 @@ pub struct Uffd {
 
 /// The region's descriptor: MOVE for eviction, POISON for pages whose store
 /// read failed, WP faults for dirty tracking, and the non-cooperative events
-/// that tell us about free()/munmap/madvise/mremap of region memory.
+/// that tell us about free()/munmap/madvise/mremap of region memory; the
+/// faulting thread's id, for core placement (`cpu.rs`).
 const REGION_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
     | FEATURE_POISON
     | FEATURE_MOVE
     | FEATURE_EVENT_REMOVE
     | FEATURE_EVENT_UNMAP
-    | FEATURE_EVENT_REMAP;
+    | FEATURE_EVENT_REMAP
+    | FEATURE_THREAD_ID;
 /// The staging mapping's descriptor: MOVE only. It must not ask for REMOVE
 /// events, since the handler itself drops staged pages with MADV_DONTNEED,
 /// and it would wait for ever on an event only it can read.
@@ -341,6 +346,8 @@ fn parse(msg: &RawMsg) -> Option<Msg> {
             addr: b,
             write: msg.arg[0] & PAGEFAULT_FLAG_WRITE != 0,
             wp: msg.arg[0] & PAGEFAULT_FLAG_WP != 0,
+            // `feat.ptid`, a u32 at the start of the third word.
+            tid: msg.arg[2] as u32,
         }),
         EVENT_REMOVE => Msg::Remove { start: a, end: b },
         EVENT_UNMAP => Msg::Unmap { start: a, end: b },

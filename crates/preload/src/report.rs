@@ -64,7 +64,7 @@ fn write_stats() -> std::io::Result<()> {
          \"pages_clean_dropped\":{},\"pages_zero_dropped\":{},\"faults_write_protect\":{},\
          \"pages_poisoned\":{},\"pages_resident\":{},\"pages_prefetched\":{},\
          \"prefetch_hits\":{},\"prefetch_wasted\":{},\"pages_zeroed_ahead\":{},\
-         \"faults_waited_on_fetch\":{},\"faults_from_staging\":{},",
+         \"faults_waited_on_fetch\":{},\"faults_from_staging\":{},\"handler_moves\":{},",
         s.faults_zero_filled,
         s.faults_from_store,
         s.pages_written_back,
@@ -79,6 +79,7 @@ fn write_stats() -> std::io::Result<()> {
         h.pages_zeroed_ahead,
         h.faults_waited_on_fetch,
         h.faults_from_staging,
+        h.handler_moves,
     );
     let m = heap.copies.stats();
     let _ = write!(
