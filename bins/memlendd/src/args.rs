@@ -63,11 +63,16 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     pub max_nbd_connections: usize,
 
-    /// Microseconds a connection thread polls for the next request before
-    /// sleeping (0: never). Saves a ~10 µs cross-core wakeup per request for
-    /// busy clients, at the cost of that much CPU when they pause.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    /// Microseconds a page-protocol connection thread polls for the next
+    /// request before sleeping (0: never), while the borrower's recent
+    /// requests came within it; past that it sleeps at once. Waking a
+    /// sleeping thread on an idle core costs tens of µs on a VM.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub spin_us: u64,
+
+    /// The same for NBD connections, which always spin this long.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub nbd_spin_us: u64,
 
     /// Most memory one borrower may hold here (default: all of --lend), so
     /// that one borrower cannot starve the others.

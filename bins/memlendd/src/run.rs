@@ -191,7 +191,7 @@ pub fn start_nbd(
     }
     let cfg = nbd::NbdConfig {
         max_connections: args.max_nbd_connections,
-        spin_before_sleep_us: args.spin_us,
+        spin_before_sleep_us: args.nbd_spin_us,
         allow: args.nbd_allow.clone(),
         ..Default::default()
     };

@@ -1,6 +1,9 @@
 //! The socket calls std lacks: a receive that never blocks (to spin briefly
 //! before sleeping) and one that waits for a whole payload.
 
+mod spin;
+pub use spin::AdaptiveSpin;
+
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;

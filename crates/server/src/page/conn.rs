@@ -18,7 +18,7 @@ use memlend_wire::page::{FATAL_TAG, REP_HEADER_LEN, REQ_HEADER_LEN};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 /// Room for one largest frame plus a batch of small ones.
 const IN_BUF_BYTES: usize = REQ_HEADER_LEN + limits::MAX_PAYLOAD_BYTES as usize + (256 << 10);
@@ -36,7 +36,7 @@ pub struct Conn<'a> {
     session: Arc<Session>,
     epoch: u64,
     pub max_batch_pages: u32,
-    spin: Duration,
+    spin: memlend_net::AdaptiveSpin,
     pub stats: &'a ServerStats,
     inb: Vec<u8>,
     start: usize,
@@ -74,7 +74,7 @@ impl<'a> Conn<'a> {
             session: accepted.session,
             epoch: accepted.epoch,
             max_batch_pages: cfg.max_batch_pages,
-            spin: cfg.spin_before_sleep,
+            spin: memlend_net::AdaptiveSpin::new(cfg.spin_before_sleep),
             stats,
             inb: vec![0; IN_BUF_BYTES],
             start: 0,
@@ -217,12 +217,14 @@ impl<'a> Conn<'a> {
             self.end -= self.start;
             self.start = 0;
         }
-        let spun = recv_spinning(&self.stream, &mut self.inb[self.end..], self.spin)?;
+        let waiting = Instant::now();
+        let spun = recv_spinning(&self.stream, &mut self.inb[self.end..], self.spin.budget())?;
         loop {
             let got = match spun {
                 Some(n) => Ok(n),
                 None => self.stream.read(&mut self.inb[self.end..]),
             };
+            self.spin.waited(waiting.elapsed());
             match got {
                 Ok(0) if self.end > 0 => {
                     return Err(io::Error::new(

@@ -36,9 +36,10 @@ pub struct PageServerConfig {
     pub handshake_timeout: Duration,
     /// How long a borrower's slabs outlive its last connection.
     pub orphan_grace: Duration,
-    /// Poll for the next request this long before sleeping in `read`
-    /// (0: never): a cross-core wakeup costs ~10 µs here, more than serving
-    /// a page, and a busy borrower's next request usually comes sooner.
+    /// Poll for the next request up to this long before sleeping in `read`
+    /// (0: never), while recent requests came within it (`AdaptiveSpin`):
+    /// waking a sleeping thread on an idle vCPU costs tens of µs here, more
+    /// than serving a page.
     pub spin_before_sleep: Duration,
 }
 
@@ -51,7 +52,7 @@ impl Default for PageServerConfig {
             max_inflight: limits::MAX_INFLIGHT,
             handshake_timeout: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(60),
-            spin_before_sleep: Duration::from_micros(50),
+            spin_before_sleep: Duration::from_micros(200),
         }
     }
 }
