@@ -13,7 +13,7 @@ Three conditions, alternated ROUNDS times so drift hits all alike:
   alone      the workload, no memlendd
   lending    memlendd holds the borrower's pages, borrower idle
   serving    the borrower faults on the donor as fast as it can
-and for `serving`, once with the daemon's default --spin-us 50 and once with
+and for `serving`, once with the daemon's default --spin-us 200 and once with
 --spin-us 0 (a spinning connection thread takes CPU from the donor's work).
 
 Prints a table; writes bench/results/donor_slowdown.{json,png}.
@@ -89,7 +89,7 @@ def main():
     touch = build_touch(work)
     idle = wait_quiet()
     rows = []
-    for spin_us in (50, 0):
+    for spin_us in (200, 0):
         runs = [run_round(touch, a, spin_us) for _ in range(a.rounds)]
         alone = statistics.median(r["alone"] for r in runs)
         for cond in ("alone", "lending", "serving"):
