@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use memlend_node::size::parse_pages;
-use memlend_remote::Conn;
+use memlend_remote::{Conn, Dest};
 use memlend_wire::page::{Opcode, ReqHeader, Status, REP_HEADER_LEN};
 use std::time::{Duration, Instant};
 
@@ -155,7 +155,8 @@ fn drive(
     let (start, mut requests, mut owed) = (Instant::now(), 0u64, 0u32);
     let mut sink = vec![0u8; payload.len()];
     loop {
-        let r = c.recv(|_| Some(&mut sink[..]).filter(|_| a.op == BenchOp::Read))?;
+        let r =
+            c.recv(|_| Some(&mut sink[..]).filter(|_| a.op == BenchOp::Read).map(Dest::from))?;
         if r.status != Status::Ok {
             bail!("donor answered {}", r.status);
         }
@@ -175,7 +176,7 @@ fn drive(
         c.send()?;
     }
     for _ in 0..(a.depth - owed) {
-        c.recv(|_| Some(&mut sink[..]).filter(|_| a.op == BenchOp::Read))?;
+        c.recv(|_| Some(&mut sink[..]).filter(|_| a.op == BenchOp::Read).map(Dest::from))?;
     }
     Ok(ThreadResult { requests, hist })
 }

@@ -2,7 +2,6 @@
 
 use crate::{Opened, Placement, DEFAULT_MAX_PAGES, STRIPE_CHUNK_PAGES};
 use anyhow::{bail, Context, Result};
-use memlend_remote::RemoteStore;
 use memlend_remote::{ClientConfig, Conn};
 use memlend_store::layer::Stripe;
 use memlend_store::PageStore;
@@ -17,16 +16,17 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
         Some(pages) => pages.div_ceil(n * STRIPE_CHUNK_PAGES) * STRIPE_CHUNK_PAGES,
         None => room_on_each(&p.donors, &cfg)?,
     };
+    let encrypt = p.encrypts();
     if n == 1 {
         let addr = p.donors[0];
-        let store = open_slab(addr, &cfg, pages.unwrap_or(each))?;
+        let store = open_slab(addr, &cfg, pages.unwrap_or(each), encrypt)?;
         let pages = store.info().pages;
         let describe = format!("donor {addr}");
-        return Ok(Opened { store: Arc::new(store), pages, describe, copies: Default::default() });
+        return Ok(Opened { store, pages, describe, copies: Default::default() });
     }
     let mut stores: Vec<Arc<dyn PageStore>> = Vec::new();
     for &addr in &p.donors {
-        stores.push(Arc::new(open_slab(addr, &cfg, each)?));
+        stores.push(open_slab(addr, &cfg, each, encrypt)?);
     }
     let store = Stripe::new(stores, STRIPE_CHUNK_PAGES)?;
     let pages = pages.unwrap_or(store.info().pages);
@@ -51,9 +51,15 @@ pub(crate) fn client_config(p: &Placement) -> Result<ClientConfig> {
     Ok(cfg)
 }
 
-fn open_slab(addr: SocketAddr, cfg: &ClientConfig, pages: u64) -> Result<RemoteStore> {
-    RemoteStore::open(addr, cfg.clone(), pages)
-        .with_context(|| format!("cannot open {} on donor {addr}", size(pages)))
+fn open_slab(
+    addr: SocketAddr,
+    cfg: &ClientConfig,
+    pages: u64,
+    encrypt: bool,
+) -> Result<Arc<dyn PageStore>> {
+    let slab = crate::seal::open(addr, cfg, pages, encrypt)
+        .with_context(|| format!("cannot open {} on donor {addr}", size(pages)))?;
+    crate::seal::wrap(slab, encrypt)
 }
 
 /// Pages each donor can still promise, whole stripe chunks, for an even

@@ -11,6 +11,7 @@ pub mod env;
 pub mod pool;
 mod reclaim;
 pub mod redundant;
+mod seal;
 mod ssd;
 
 pub use redundant::Redundancy;
@@ -86,21 +87,21 @@ impl Opened {
 impl Placement {
     /// Open a store of `pages` pages, or, when `None`, as many as the place
     /// has room for, up to [`DEFAULT_MAX_PAGES`]. Pages that go to donors
-    /// are encrypted here (AES-256-GCM, a fresh key per store that never
-    /// leaves this process), so a donor holds only ciphertext, unless
-    /// `no_encrypt`.
+    /// are encrypted here (AES-256-GCM, a fresh key per slab that never
+    /// leaves this process; `seal.rs`), so a donor holds only ciphertext,
+    /// unless `no_encrypt`.
     pub fn open(&self, pages: Option<u64>) -> Result<Opened> {
-        let opened = self.open_plain(pages)?;
-        let remote = !self.donors.is_empty() || self.pool.is_some();
-        if !remote || self.no_encrypt {
-            return Ok(opened);
+        let mut opened = self.open_plain(pages)?;
+        if self.encrypts() {
+            opened.describe.push_str(", encrypted");
         }
-        let mut key = [0u8; 32];
-        getrandom::getrandom(&mut key)
-            .map_err(|e| anyhow::anyhow!("no random key for page encryption: {e}"))?;
-        let store = memlend_store::layer::Crypt::new(Arc::clone(&opened.store), key)?;
-        let describe = format!("{}, encrypted", opened.describe);
-        Ok(Opened { store: Arc::new(store), describe, ..opened })
+        Ok(opened)
+    }
+
+    /// Whether slabs on donors are encrypted.
+    fn encrypts(&self) -> bool {
+        let remote = !self.donors.is_empty() || self.pool.is_some();
+        remote && !self.no_encrypt
     }
 
     fn open_plain(&self, pages: Option<u64>) -> Result<Opened> {

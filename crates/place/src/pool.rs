@@ -7,7 +7,7 @@
 use crate::{Copies, Opened, Placement, Redundancy};
 use anyhow::{bail, Context, Result};
 use memlend_pool::api::{self, Ask, Client, LeaseGrant, Tell};
-use memlend_remote::{ClientConfig, RemoteStore};
+use memlend_remote::ClientConfig;
 use memlend_store::layer::relocate::Relocatable;
 use memlend_store::layer::{Concat, Mirror, MirrorOptions, Stats};
 use memlend_store::{PageStore, PAGE_SIZE};
@@ -51,7 +51,7 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
     }
     let mut members = Vec::new();
     for g in &grants {
-        let store = open_lease(g, &cfg)?;
+        let store = open_lease(g, &cfg, p.encrypts())?;
         members.push(member(Some((g.donor, g.lease)), &g.donor_name, store));
     }
     let mut mirrors = Vec::new();
@@ -73,7 +73,7 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
         describe.push_str(", each backed by an SSD file");
     }
     let home = p.ssd.clone();
-    crate::reclaim::spawn(client, members, cfg, home, backed)?;
+    crate::reclaim::spawn(client, members, (cfg, p.encrypts()), home, backed)?;
     let copies = Copies { mirrors, ..Copies::default() };
     Ok(Opened { store: Arc::new(store), pages, describe, copies })
 }
@@ -142,14 +142,15 @@ fn is_timeout(e: &std::io::Error) -> bool {
     matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
 }
 
-pub fn open_lease(g: &LeaseGrant, cfg: &ClientConfig) -> Result<Arc<dyn PageStore>> {
+/// Open lease `g`'s slab, encrypted (tags on the donor) when `encrypt`.
+pub fn open_lease(g: &LeaseGrant, cfg: &ClientConfig, encrypt: bool) -> Result<Arc<dyn PageStore>> {
     let mut cfg = cfg.clone();
     cfg.borrower_id = api::credential_from_hex(&g.credential).map_err(anyhow::Error::msg)?;
     let pages = g.bytes / PAGE_SIZE as u64;
-    let s = RemoteStore::open(g.data_addr, cfg, pages).with_context(|| {
+    let s = crate::seal::open(g.data_addr, &cfg, pages, encrypt).with_context(|| {
         format!("cannot open lease {} on {} ({})", g.lease, g.donor_name, g.data_addr)
     })?;
-    Ok(Arc::new(s))
+    crate::seal::wrap(s, encrypt)
 }
 
 /// `$MEMLEND_POOL` or the daemon's default socket.

@@ -26,6 +26,8 @@ struct Ear {
     client: Client,
     members: Vec<Member>,
     cfg: ClientConfig,
+    /// New leases are encrypted, as the first ones were.
+    encrypt: bool,
     home: Option<PathBuf>,
     pending: VecDeque<Tell>,
     last_pages: Vec<u64>,
@@ -36,13 +38,13 @@ struct Ear {
 pub fn spawn(
     client: Client,
     members: Vec<Member>,
-    cfg: ClientConfig,
+    (cfg, encrypt): (ClientConfig, bool),
     home: Option<PathBuf>,
     backed: bool,
 ) -> Result<()> {
     let last_pages = vec![0; members.len()];
     let pending = VecDeque::new();
-    let ear = Ear { client, members, cfg, home, pending, last_pages, backed };
+    let ear = Ear { client, members, cfg, encrypt, home, pending, last_pages, backed };
     // The name keeps the preload shim out of this thread's allocations.
     std::thread::Builder::new().name("memlend-pool".into()).spawn(move || ear.run())?;
     Ok(())
@@ -198,7 +200,7 @@ impl Ear {
             }
         }
         let g = got.swap_remove(fits?);
-        match open_lease(&g, &self.cfg) {
+        match open_lease(&g, &self.cfg, self.encrypt) {
             Ok(s) => Some((s, g)),
             Err(e) => {
                 tracing::warn!(error = %e, "a replacement lease could not be opened");

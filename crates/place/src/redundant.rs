@@ -12,7 +12,7 @@
 
 use crate::{donors, ssd, Opened, Placement, STRIPE_CHUNK_PAGES};
 use anyhow::{bail, Context, Result};
-use memlend_remote::{ClientConfig, RemoteStore};
+use memlend_remote::ClientConfig;
 use memlend_store::layer::mirror::{SpareFn, SpareRequest};
 use memlend_store::layer::{Erasure, Mirror, MirrorOptions, MirrorStats, Stripe};
 use memlend_store::{PageStore, StoreError};
@@ -86,7 +86,7 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
             donors::room_on_each(&p.donors, &cfg)? / 2 / STRIPE_CHUNK_PAGES * STRIPE_CHUNK_PAGES
         }
     };
-    let spares = Arc::new(Spares { donors: p.donors.clone(), cfg, ssd: ssd_dir(p) });
+    let spares = Arc::new(Spares::new(p, cfg));
     let mut made: Vec<Arc<Mirror>> = Vec::new();
     for k in 0..count as usize {
         made.push(Arc::new(mirror(p, &spares, k, each)?));
@@ -124,7 +124,7 @@ fn erasure(p: &Placement, pages: Option<u64>) -> Result<Opened> {
         Some(pages) => pages.div_ceil(k as u64),
         None => donors::room_on_each(&p.donors, &cfg)?,
     };
-    let spares = Arc::new(Spares { donors: p.donors.clone(), cfg, ssd: ssd_dir(p) });
+    let spares = Arc::new(Spares::new(p, cfg));
     let mut legs = Vec::new();
     for &addr in &p.donors {
         legs.push((spares.slab(addr, per_leg)?, addr.to_string()));
@@ -180,14 +180,20 @@ struct Spares {
     donors: Vec<SocketAddr>,
     cfg: ClientConfig,
     ssd: PathBuf,
+    /// Legs on donors are encrypted, each under its own key.
+    encrypt: bool,
 }
 
 impl Spares {
+    fn new(p: &Placement, cfg: ClientConfig) -> Spares {
+        Spares { donors: p.donors.clone(), cfg, ssd: ssd_dir(p), encrypt: p.encrypts() }
+    }
+
     fn slab(&self, addr: SocketAddr, pages: u64) -> Result<Arc<dyn PageStore>> {
         let mut attempt = 1;
         loop {
-            match RemoteStore::open(addr, self.cfg.clone(), pages) {
-                Ok(store) => return Ok(Arc::new(store)),
+            match crate::seal::open(addr, &self.cfg, pages, self.encrypt) {
+                Ok(store) => return crate::seal::wrap(store, self.encrypt),
                 Err(e) if e.is_transport() && attempt < OPEN_ATTEMPTS => {
                     tracing::warn!(%addr, error = %e, attempt, "opening a copy failed; again");
                     attempt += 1;

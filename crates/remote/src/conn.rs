@@ -279,12 +279,12 @@ impl Conn {
         self.next_seq
     }
 
-    /// Receive one reply. `dest` says where its payload goes: a buffer of
-    /// exactly `payload_len` bytes, or None for `scratch()`. A reply with a
-    /// non-Ok status is returned as is; the caller decides.
+    /// Receive one reply. `dest` says where its payload goes: buffers of
+    /// exactly `payload_len` bytes together, or None for `scratch()`. A
+    /// reply with a non-Ok status is returned as is; the caller decides.
     pub fn recv<'b>(
         &mut self,
-        dest: impl FnOnce(&RepHeader) -> Option<&'b mut [u8]>,
+        dest: impl FnOnce(&RepHeader) -> Option<Dest<'b>>,
     ) -> Result<RepHeader, ClientError> {
         let mut head = [0u8; REP_HEADER_LEN];
         self.read_buffered(&mut head)?;
@@ -301,21 +301,22 @@ impl Conn {
             return Ok(h);
         }
         let mut scratch = std::mem::take(&mut self.scratch);
-        let buf: &mut [u8] = match dest(&h) {
-            Some(b) if b.len() == len => b,
-            Some(b) => {
+        let (data, tail): (&mut [u8], &mut [u8]) = match dest(&h) {
+            Some(d) if d.data.len() + d.tail.len() == len => (d.data, d.tail),
+            Some(d) => {
+                self.scratch = scratch;
                 return Err(ClientError::Protocol(format!(
                     "reply payload is {len} bytes, expected {}",
-                    b.len()
-                )))
+                    d.data.len() + d.tail.len()
+                )));
             }
             None => {
                 scratch.resize(len, 0);
-                &mut scratch[..]
+                (&mut scratch[..], &mut [])
             }
         };
-        let read = self.read_buffered(buf);
-        let crc_ok = read.is_ok() && page::payload_crc(buf) == h.payload_crc;
+        let read = self.read_buffered(data).and_then(|()| self.read_buffered(tail));
+        let crc_ok = read.is_ok() && page::payload_crc_iov([&*data, &*tail]) == h.payload_crc;
         self.scratch = scratch;
         read?;
         if !crc_ok {
@@ -347,7 +348,7 @@ impl Conn {
         let tag = self.queue(h, payload);
         let r = loop {
             let sent = self.send().map_err(ClientError::from);
-            match sent.and_then(|()| self.recv(|_| dest.as_deref_mut())) {
+            match sent.and_then(|()| self.recv(|_| dest.as_deref_mut().map(Dest::from))) {
                 Ok(r) => break r,
                 Err(e) => self.recover(e)?,
             }
@@ -396,6 +397,19 @@ impl Conn {
             filled += take;
         }
         Ok(())
+    }
+}
+
+/// Where a reply's payload goes: `data`, then `tail` (a sealed READ's
+/// pages, then their sidecars).
+pub struct Dest<'b> {
+    pub data: &'b mut [u8],
+    pub tail: &'b mut [u8],
+}
+
+impl<'b> From<&'b mut [u8]> for Dest<'b> {
+    fn from(data: &'b mut [u8]) -> Self {
+        Dest { data, tail: &mut [] }
     }
 }
 

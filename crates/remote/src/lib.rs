@@ -13,7 +13,7 @@ mod linger;
 mod store;
 
 pub use config::ClientConfig;
-pub use conn::Conn;
+pub use conn::{Conn, Dest};
 pub use error::ClientError;
 pub use linger::linger_all;
 pub use store::RemoteStore;

@@ -1,9 +1,11 @@
-//! `remote`: a `PageStore` over one slab on one donor.
+//! `remote`: a `PageStore` over one slab on one donor. A slab opened
+//! sealed (`open_sealed`) also keeps a sidecar beside every page on the
+//! donor (`SidecarStore`): that is where `crypt` keeps its tags.
 
-use crate::{ClientConfig, ClientError, Conn};
-use memlend_store::{check_range, check_run, Caps, PageStore, ReadOp, StoreInfo};
-use memlend_store::{StoreResult, WriteOp, PAGE_SIZE};
-use memlend_wire::page::{Opcode, ReqHeader, StatReply, Status};
+use crate::{ClientConfig, ClientError, Conn, Dest};
+use memlend_store::{batch_pages, check_range, check_run, Caps, PageStore, ReadOp, StoreInfo};
+use memlend_store::{Sidecar, SidecarStore, StoreError, StoreResult, WriteOp, PAGE_SIZE};
+use memlend_wire::page::{Opcode, ReqHeader, StatReply, Status, FLAG_SEALED, SIDECAR_LEN};
 use parking_lot::{Condvar, Mutex};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +19,8 @@ pub struct RemoteStore {
     cfg: ClientConfig,
     slab: u32,
     pages: u64,
+    /// The slab keeps sidecars (`FLAG_SEALED`).
+    sealed: bool,
     pool: Mutex<Pool>,
     freed: Condvar,
     reconnects: AtomicU64,
@@ -27,17 +31,18 @@ struct Pool {
     open: usize,
 }
 
-/// One protocol request of a batch and the caller memory it reads or writes.
+/// One protocol request of a batch and the caller memory it reads or
+/// writes: pages, and their sidecars (empty unless sealed).
 enum Piece<'a> {
-    Read { page: u64, buf: &'a mut [u8] },
-    Write { page: u64, data: &'a [u8] },
+    Read { page: u64, buf: &'a mut [u8], side: &'a mut [u8] },
+    Write { page: u64, data: &'a [u8], side: &'a [u8] },
 }
 
 impl Piece<'_> {
     fn len_bytes(&self) -> usize {
         match self {
             Piece::Read { buf, .. } => buf.len(),
-            Piece::Write { data, .. } => data.len(),
+            Piece::Write { data, side, .. } => data.len() + side.len(),
         }
     }
 }
@@ -45,16 +50,36 @@ impl Piece<'_> {
 impl RemoteStore {
     /// Connect to `addr` and open a new slab of `pages` pages there.
     pub fn open(addr: SocketAddr, cfg: ClientConfig, pages: u64) -> Result<Self, ClientError> {
+        Self::open_slab(addr, cfg, pages, false)
+    }
+
+    /// `open`, for a slab that keeps a sidecar beside every page on the
+    /// donor (16 bytes a page of the donor's memory, not this process's).
+    pub fn open_sealed(
+        addr: SocketAddr,
+        cfg: ClientConfig,
+        pages: u64,
+    ) -> Result<Self, ClientError> {
+        Self::open_slab(addr, cfg, pages, true)
+    }
+
+    fn open_slab(
+        addr: SocketAddr,
+        cfg: ClientConfig,
+        pages: u64,
+        sealed: bool,
+    ) -> Result<Self, ClientError> {
         let mut conn = Conn::connect(addr, &cfg)?;
-        let h = ReqHeader { page: pages, ..ReqHeader::new(Opcode::OpenSlab, 0) };
+        let flags = if sealed { FLAG_SEALED } else { 0 };
+        let h = ReqHeader { page: pages, flags, ..ReqHeader::new(Opcode::OpenSlab, 0) };
         let slab = conn.call(h, &[], None)?.value;
         let slab = u32::try_from(slab)
             .map_err(|_| ClientError::Protocol(format!("slab id {slab} out of range")))?;
-        tracing::debug!(%addr, slab, pages, "slab opened");
+        tracing::debug!(%addr, slab, pages, sealed, "slab opened");
         crate::linger::remember(addr, &cfg);
         let pool = Pool { idle: vec![conn], open: 1 };
         let (pool, freed, reconnects) = (Mutex::new(pool), Condvar::new(), AtomicU64::new(0));
-        Ok(RemoteStore { addr, cfg, slab, pages, pool, freed, reconnects })
+        Ok(RemoteStore { addr, cfg, slab, pages, sealed, pool, freed, reconnects })
     }
 
     pub fn slab(&self) -> u32 {
@@ -140,14 +165,47 @@ impl RemoteStore {
         self.with_conn(what, |conn| run_pieces(conn, slab, pieces))
     }
 
-    fn split_reads<'a>(&self, ops: &'a mut [ReadOp<'_>], max: usize) -> Vec<Piece<'a>> {
+    /// Requests of at most `max` pages each; `side` holds the sidecars of
+    /// every page of `ops` in order (`SIDECAR_LEN` each), or is empty.
+    fn split_reads<'a>(
+        ops: &'a mut [ReadOp<'_>],
+        mut side: &'a mut [u8],
+        max: usize,
+    ) -> Vec<Piece<'a>> {
+        let per_page = side.len() / batch_pages(ops.iter().map(|op| op.buf.len())).max(1);
         let mut pieces = Vec::new();
         for op in ops.iter_mut() {
             for (i, buf) in op.buf.chunks_mut(max * PAGE_SIZE).enumerate() {
-                pieces.push(Piece::Read { page: op.page + (i * max) as u64, buf });
+                let (mine, rest) = side.split_at_mut(buf.len() / PAGE_SIZE * per_page);
+                side = rest;
+                pieces.push(Piece::Read { page: op.page + (i * max) as u64, buf, side: mine });
             }
         }
         pieces
+    }
+
+    fn split_writes<'a>(ops: &'a [WriteOp<'_>], mut side: &'a [u8], max: usize) -> Vec<Piece<'a>> {
+        let per_page = side.len() / batch_pages(ops.iter().map(|op| op.data.len())).max(1);
+        let mut pieces = Vec::new();
+        for op in ops {
+            for (i, data) in op.data.chunks(max * PAGE_SIZE).enumerate() {
+                let (mine, rest) = side.split_at(data.len() / PAGE_SIZE * per_page);
+                side = rest;
+                pieces.push(Piece::Write { page: op.page + (i * max) as u64, data, side: mine });
+            }
+        }
+        pieces
+    }
+
+    fn check_sealed(&self, pages: usize, side: usize) -> StoreResult<()> {
+        if !self.sealed {
+            let why = format!("slab {} on {} was not opened sealed", self.slab, self.addr);
+            return Err(StoreError::Unavailable(why));
+        }
+        if pages != side {
+            return Err(StoreError::Misaligned { len_bytes: side * SIDECAR_LEN });
+        }
+        Ok(())
     }
 
     fn max_batch_pages(&self) -> usize {
@@ -185,7 +243,9 @@ fn run_pieces(conn: &mut Conn, slab: u32, pieces: &mut [Piece]) -> Result<(), Cl
         let got = conn.recv(move |h| {
             let (_, idx) = flight.iter().find(|(t, _)| *t == h.tag)?;
             match &mut pieces_ref[*idx] {
-                Piece::Read { buf, .. } if h.status == Status::Ok => Some(&mut **buf),
+                Piece::Read { buf, side, .. } if h.status == Status::Ok => {
+                    Some(Dest { data: buf, tail: side })
+                }
                 _ => None,
             }
         });
@@ -210,12 +270,17 @@ fn run_pieces(conn: &mut Conn, slab: u32, pieces: &mut [Piece]) -> Result<(), Cl
 }
 
 fn queue_piece(conn: &mut Conn, slab: u32, piece: &Piece) -> u32 {
-    let (op, page, count, payload): (_, _, _, &[u8]) = match piece {
-        Piece::Read { page, buf } => (Opcode::Read, *page, buf.len() / PAGE_SIZE, &[]),
-        Piece::Write { page, data } => (Opcode::Write, *page, data.len() / PAGE_SIZE, data),
+    let (op, page, count, payload, sealed): (_, _, _, [&[u8]; 2], _) = match piece {
+        Piece::Read { page, buf, side } => {
+            (Opcode::Read, *page, buf.len() / PAGE_SIZE, [&[], &[]], !side.is_empty())
+        }
+        Piece::Write { page, data, side } => {
+            (Opcode::Write, *page, data.len() / PAGE_SIZE, [data, side], !side.is_empty())
+        }
     };
-    let h = ReqHeader { slab, page, count: count as u32, ..ReqHeader::new(op, 0) };
-    conn.queue(h, &[payload])
+    let flags = if sealed { FLAG_SEALED } else { 0 };
+    let h = ReqHeader { slab, page, count: count as u32, flags, ..ReqHeader::new(op, 0) };
+    conn.queue(h, &payload)
 }
 
 impl PageStore for RemoteStore {
@@ -229,7 +294,7 @@ impl PageStore for RemoteStore {
             check_run(self.pages, op.page, op.buf.len())?;
         }
         let max = self.max_batch_pages();
-        let mut pieces = self.split_reads(ops, max);
+        let mut pieces = Self::split_reads(ops, &mut [], max);
         self.run("read", &mut pieces)
     }
 
@@ -238,15 +303,7 @@ impl PageStore for RemoteStore {
             check_run(self.pages, op.page, op.data.len())?;
         }
         let max = self.max_batch_pages();
-        let mut pieces: Vec<Piece> = ops
-            .iter()
-            .flat_map(|op| {
-                op.data
-                    .chunks(max * PAGE_SIZE)
-                    .enumerate()
-                    .map(move |(i, data)| Piece::Write { page: op.page + (i * max) as u64, data })
-            })
-            .collect();
+        let mut pieces = Self::split_writes(ops, &[], max);
         self.run("write", &mut pieces)
     }
 
@@ -275,6 +332,28 @@ impl PageStore for RemoteStore {
         self.with_conn("flush", |conn| {
             conn.call(ReqHeader { slab, ..ReqHeader::new(Opcode::Flush, 0) }, &[], None).map(drop)
         })
+    }
+}
+
+impl SidecarStore for RemoteStore {
+    fn read_with(&self, ops: &mut [ReadOp<'_>], side: &mut [Sidecar]) -> StoreResult<()> {
+        for op in ops.iter() {
+            check_run(self.pages, op.page, op.buf.len())?;
+        }
+        self.check_sealed(batch_pages(ops.iter().map(|op| op.buf.len())), side.len())?;
+        let max = self.max_batch_pages();
+        let mut pieces = Self::split_reads(ops, side.as_flattened_mut(), max);
+        self.run("read", &mut pieces)
+    }
+
+    fn write_with(&self, ops: &[WriteOp<'_>], side: &[Sidecar]) -> StoreResult<()> {
+        for op in ops {
+            check_run(self.pages, op.page, op.data.len())?;
+        }
+        self.check_sealed(batch_pages(ops.iter().map(|op| op.data.len())), side.len())?;
+        let max = self.max_batch_pages();
+        let mut pieces = Self::split_writes(ops, side.as_flattened(), max);
+        self.run("write", &mut pieces)
     }
 }
 

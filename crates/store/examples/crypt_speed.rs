@@ -6,7 +6,7 @@
 //! Every page is written once before measuring, so no time goes to first
 //! faults; the best of `ROUNDS` rounds is kept, since the machine is shared.
 
-use memlend_store::layer::Crypt;
+use memlend_store::layer::{Crypt, LocalTags};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, ReadOp, WriteOp, PAGE_SIZE};
 use std::time::{Duration, Instant};
@@ -19,7 +19,8 @@ const ROUNDS: usize = 5;
 
 fn main() {
     let ram = RamStore::new(PAGES, RamOptions::default()).unwrap();
-    let crypt = Crypt::new(RamStore::new(PAGES, RamOptions::default()).unwrap(), [7; 32]).unwrap();
+    let below = LocalTags::new(RamStore::new(PAGES, RamOptions::default()).unwrap()).unwrap();
+    let crypt = Crypt::new(below, [7; 32]).unwrap();
     println!("{PAGES} pages ({} MiB), one thread, best of {ROUNDS} rounds", PAGES >> 8);
     println!("{:26} {:>10} {:>10} {:>11}", "", "ram MB/s", "crypt MB/s", "crypt/ram");
     for batch_pages in [1, BATCH_PAGES] {

@@ -78,6 +78,28 @@ pub trait PageStore: Send + Sync {
     fn flush(&self) -> StoreResult<()>;
 }
 
+/// Bytes of the sidecar a [`SidecarStore`] keeps beside each page: an AEAD
+/// tag (`crypt`).
+pub const SIDECAR_LEN: usize = 16;
+/// One page's sidecar.
+pub type Sidecar = [u8; SIDECAR_LEN];
+
+/// A store that keeps a small sidecar beside every page, written and read
+/// together with it. `crypt` keeps its tags there, so that a donor, not the
+/// borrower's memory, holds them. `side` has one entry per page of `ops`,
+/// in order. A page never written, or discarded, reads an all-zero sidecar.
+/// Sidecar and page change together for every reader that does not race a
+/// writer of the same page (callers order those, as `crypt` does).
+pub trait SidecarStore: PageStore {
+    fn read_with(&self, ops: &mut [ReadOp<'_>], side: &mut [Sidecar]) -> StoreResult<()>;
+    fn write_with(&self, ops: &[WriteOp<'_>], side: &[Sidecar]) -> StoreResult<()>;
+}
+
+/// Pages in a batch of runs.
+pub fn batch_pages(lens: impl IntoIterator<Item = usize>) -> usize {
+    lens.into_iter().map(|len| len / PAGE_SIZE).sum()
+}
+
 /// Check that a run lies inside a store of `pages` pages and is whole pages.
 /// Every backend calls this before touching memory: it is the bounds check
 /// that keeps a bad request from reaching past a slab.
@@ -95,6 +117,15 @@ pub fn check_range(pages: u64, page: u64, count: u64) -> StoreResult<()> {
     match page.checked_add(count) {
         Some(end) if end <= pages => Ok(()),
         _ => Err(StoreError::OutOfRange { page, count, pages }),
+    }
+}
+
+impl<S: SidecarStore + ?Sized> SidecarStore for std::sync::Arc<S> {
+    fn read_with(&self, ops: &mut [ReadOp<'_>], side: &mut [Sidecar]) -> StoreResult<()> {
+        (**self).read_with(ops, side)
+    }
+    fn write_with(&self, ops: &[WriteOp<'_>], side: &[Sidecar]) -> StoreResult<()> {
+        (**self).write_with(ops, side)
     }
 }
 

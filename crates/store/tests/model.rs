@@ -6,7 +6,7 @@
 //! the `ram` backend is sparse.
 
 use memlend_store::file::{FileOptions, FileStore};
-use memlend_store::layer::{Checksum, Crypt, Erasure, Mirror, MirrorOptions, Stats};
+use memlend_store::layer::{Checksum, Crypt, Erasure, LocalTags, Mirror, MirrorOptions, Stats};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, ReadOp, StoreError, WriteOp, PAGE_SIZE};
 use proptest::prelude::*;
@@ -65,7 +65,9 @@ fn subjects(pages: u64) -> Vec<Subject> {
         Subject { store: Box::new(mirror(pages)), _dir: None },
         Subject { store: Box::new(erasure(pages)), _dir: None },
         Subject {
-            store: Box::new(Crypt::new(Stats::new(ram(pages)), [1; 32]).unwrap()),
+            store: Box::new(
+                Crypt::new(LocalTags::new(Stats::new(ram(pages))).unwrap(), [1; 32]).unwrap(),
+            ),
             _dir: None,
         },
     ];
@@ -74,7 +76,7 @@ fn subjects(pages: u64) -> Vec<Subject> {
         (true, |f| Box::new(f)),
         (false, |f| Box::new(Stats::new(Checksum::new(f).unwrap()))),
         (true, |f| Box::new(Checksum::new(Arc::new(f) as Arc<dyn PageStore>).unwrap())),
-        (true, |f| Box::new(Crypt::new(f, [2; 32]).unwrap())),
+        (true, |f| Box::new(Crypt::new(LocalTags::new(f).unwrap(), [2; 32]).unwrap())),
     ];
     for (direct, stack) in stacks {
         if let Some((file, dir)) = file_in(&tmp, pages, direct) {

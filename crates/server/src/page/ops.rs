@@ -3,7 +3,7 @@
 
 use super::registry::{BorrowerId, Registry, Slab};
 use crate::out_buf::OutBuf;
-use memlend_store::{ReadOp, StoreError, WriteOp, PAGE_SIZE};
+use memlend_store::{ReadOp, Sidecar, SidecarStore, StoreError, WriteOp, PAGE_SIZE, SIDECAR_LEN};
 use memlend_wire::page::{self, Opcode, RepHeader, ReqHeader, StatReply, Status, REP_HEADER_LEN};
 use std::time::Duration;
 
@@ -63,8 +63,8 @@ fn dispatch(
     match op {
         Opcode::Ping => ok(out, h, 0).and(done(0)),
         Opcode::OpenSlab => {
-            let id = ctx.registry.open(ctx.borrower, h.page)?;
-            tracing::debug!(slab = id, pages = h.page, "slab opened");
+            let id = ctx.registry.open(ctx.borrower, h.page, h.sealed())?;
+            tracing::debug!(slab = id, pages = h.page, sealed = h.sealed(), "slab opened");
             ok(out, h, id as u64).and(done(0))
         }
         Opcode::CloseSlab => {
@@ -94,8 +94,12 @@ fn data_op(
     slab: &Slab,
     out: &mut OutBuf,
 ) -> Result<(), Status> {
-    let store = &slab.store;
     let st = |e: StoreError| store_status(&e);
+    if h.sealed() {
+        let side = slab.sealed.as_deref().ok_or(Status::BadFlags)?;
+        return sealed_op(op, h, payload, side, out);
+    }
+    let store = &slab.store;
     match op {
         Opcode::Read => read_reply(out, h, |buf| store.read(&mut [ReadOp { page: h.page, buf }])),
         Opcode::ReadV => {
@@ -138,6 +142,31 @@ fn data_op(
     }
 }
 
+/// READ or WRITE with sidecars (validated: no other opcode is sealed).
+fn sealed_op(
+    op: Opcode,
+    h: &ReqHeader,
+    payload: &[u8],
+    side: &dyn SidecarStore,
+    out: &mut OutBuf,
+) -> Result<(), Status> {
+    let count = h.count as usize;
+    match op {
+        Opcode::Read => sealed_read_reply(out, h, |data, tags| {
+            let tags: &mut [Sidecar] = tags.as_chunks_mut().0;
+            side.read_with(&mut [ReadOp { page: h.page, buf: data }], tags)
+        }),
+        Opcode::Write => {
+            let (data, tags) = payload.split_at(count * PAGE_SIZE);
+            let tags: &[Sidecar] = tags.as_chunks().0;
+            side.write_with(&[WriteOp { page: h.page, data }], tags)
+                .map_err(|e| store_status(&e))?;
+            ok(out, h, 0)
+        }
+        _ => unreachable!("validate lets only READ and WRITE be sealed here"),
+    }
+}
+
 /// The page indices of a READV/WRITEV payload (validated to hold `count`).
 fn indices(b: &[u8], count: u32) -> impl Iterator<Item = u64> + '_ {
     b.chunks_exact(8).take(count as usize).map(|c| u64::from_le_bytes(c.try_into().unwrap()))
@@ -157,8 +186,30 @@ fn read_reply(
     h: &ReqHeader,
     fill: impl FnOnce(&mut [u8]) -> Result<(), StoreError>,
 ) -> Result<(), Status> {
+    reply_with(out, h, h.count as usize * PAGE_SIZE, fill)
+}
+
+/// `read_reply` for a sealed READ: the pages, then their sidecars.
+fn sealed_read_reply(
+    out: &mut OutBuf,
+    h: &ReqHeader,
+    fill: impl FnOnce(&mut [u8], &mut [u8]) -> Result<(), StoreError>,
+) -> Result<(), Status> {
+    let data_len = h.count as usize * PAGE_SIZE;
+    let len_bytes = data_len + h.count as usize * SIDECAR_LEN;
+    reply_with(out, h, len_bytes, |b| {
+        let (data, tags) = b.split_at_mut(data_len);
+        fill(data, tags)
+    })
+}
+
+fn reply_with(
+    out: &mut OutBuf,
+    h: &ReqHeader,
+    len_bytes: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), StoreError>,
+) -> Result<(), Status> {
     let at = out.len();
-    let len_bytes = h.count as usize * PAGE_SIZE;
     let (head, data) = out.reserve(REP_HEADER_LEN + len_bytes).split_at_mut(REP_HEADER_LEN);
     if let Err(e) = fill(data) {
         out.truncate(at);

@@ -1,11 +1,19 @@
 use super::*;
+use crate::layer::LocalTags;
 use crate::ram::{RamOptions, RamStore};
 use crate::Caps;
 
+type Below = LocalTags<RamStore>;
+
 const KEY: [u8; 32] = [0x5a; 32];
 
-fn crypt(pages: u64) -> Crypt<RamStore> {
-    Crypt::new(RamStore::new(pages, RamOptions::default()).unwrap(), KEY).unwrap()
+fn crypt(pages: u64) -> Crypt<Below> {
+    crypt_with(pages, KEY)
+}
+
+fn crypt_with(pages: u64, key: [u8; 32]) -> Crypt<Below> {
+    let below = LocalTags::new(RamStore::new(pages, RamOptions::default()).unwrap()).unwrap();
+    Crypt::new(below, key).unwrap()
 }
 
 fn read_run(s: &dyn PageStore, page: u64, count: usize) -> StoreResult<Vec<u8>> {
@@ -18,13 +26,26 @@ fn write_run(s: &dyn PageStore, page: u64, data: &[u8]) {
     s.write(&[WriteOp { page, data }]).unwrap();
 }
 
-/// What the store below holds for `page`: the ciphertext.
-fn inner_page(s: &Crypt<RamStore>, page: u64) -> Vec<u8> {
-    read_run(s.inner(), page, 1).unwrap()
+/// What the store below holds for `page`: the ciphertext and its tag.
+fn inner_page(s: &Crypt<Below>, page: u64) -> Vec<u8> {
+    inner_sealed(s, page).0
 }
 
-fn put_inner(s: &Crypt<RamStore>, page: u64, data: &[u8]) {
-    write_run(s.inner(), page, data);
+fn inner_sealed(s: &Crypt<Below>, page: u64) -> (Vec<u8>, Sidecar) {
+    let (mut buf, mut tag) = (vec![0u8; PAGE_SIZE], [[0u8; SIDECAR_LEN]; 1]);
+    s.inner().read_with(&mut [ReadOp { page, buf: &mut buf }], &mut tag).unwrap();
+    (buf, tag[0])
+}
+
+/// Replace the ciphertext below, keeping the tag there.
+fn put_inner(s: &Crypt<Below>, page: u64, data: &[u8]) {
+    let tag = inner_sealed(s, page).1;
+    put_sealed(s, page, data, tag);
+}
+
+/// Replace ciphertext and tag below, as a donor could.
+fn put_sealed(s: &Crypt<Below>, page: u64, data: &[u8], tag: Sidecar) {
+    s.inner().write_with(&[WriteOp { page, data }], &[tag]).unwrap();
 }
 
 /// A small deterministic generator (xorshift64), for random contents.
@@ -53,11 +74,11 @@ fn assert_corrupt(err: StoreError, want_page: u64) {
 }
 
 #[test]
-fn metadata_is_24_bytes_per_page_and_limits_are_explicit() {
-    const { assert!(Crypt::<RamStore>::METADATA_BYTES_PER_PAGE == 24) };
+fn metadata_is_6_bytes_per_page_and_limits_are_explicit() {
+    const { assert!(Crypt::<Below>::METADATA_BYTES_PER_PAGE == 6) };
     let s = crypt(1 << 20);
-    assert_eq!(s.metadata_bytes(), 24 << 20);
-    assert_eq!(s.info().name, "crypt(ram)");
+    assert_eq!(s.metadata_bytes(), 6 << 20);
+    assert_eq!(s.info().name, "crypt(local_tags(ram))");
     assert_eq!(s.info().caps, Caps { durable: false, discard_frees: true, fast: true });
     let err = Crypt::new(Huge, KEY).err().expect("2^40 + 1 pages must be refused");
     assert!(matches!(err, StoreError::NoSpace(_)), "{err}");
@@ -65,6 +86,15 @@ fn metadata_is_24_bytes_per_page_and_limits_are_explicit() {
 
 /// A store too large for the nonce; only its size is ever asked.
 struct Huge;
+
+impl SidecarStore for Huge {
+    fn read_with(&self, _: &mut [ReadOp<'_>], _: &mut [Sidecar]) -> StoreResult<()> {
+        unreachable!()
+    }
+    fn write_with(&self, _: &[WriteOp<'_>], _: &[Sidecar]) -> StoreResult<()> {
+        unreachable!()
+    }
+}
 
 impl PageStore for Huge {
     fn info(&self) -> StoreInfo {
@@ -88,7 +118,21 @@ impl PageStore for Huge {
 fn nonce_is_page_low_and_version_high() {
     let n = nonce(0x01_0203_0405, 0x06_0708);
     assert_eq!(n.as_ref(), &[5, 4, 3, 2, 1, 8, 7, 6, 0, 0, 0, 0]);
-    assert_eq!(nonce((1 << 40) - 1, MAX_VERSION).as_ref(), &[0xff; 12]);
+    let top = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0];
+    assert_eq!(nonce((1 << 40) - 1, MAX_VERSION).as_ref(), &top);
+}
+
+/// The version word lives in two tables (32 + 16 bits): a version past
+/// 2^32 must come back whole, or a nonce would repeat.
+#[test]
+fn versions_past_32_bits_survive_the_split() {
+    let s = crypt(4);
+    s.versions.set(1, (1 << 40) + 7);
+    write_run(&s, 1, &[5u8; PAGE_SIZE]);
+    assert_eq!(s.versions.get(1), (1 << 40) + 8);
+    assert_eq!(read_run(&s, 1, 1).unwrap(), [5u8; PAGE_SIZE]);
+    s.discard(1, 1).unwrap();
+    assert_eq!(s.versions.get(1), ((1 << 40) + 8) | DISCARDED);
 }
 
 #[test]
@@ -142,9 +186,7 @@ fn a_flipped_bit_below_is_corrupt_counted_and_not_returned() {
     let mut buf = vec![0xeeu8; 3 * PAGE_SIZE];
     let err = s.read(&mut [ReadOp { page: 2, buf: &mut buf }]).unwrap_err();
     let StoreError::Corrupt { page, expected, actual } = err else { panic!("{err}") };
-    let tag = s.meta[3].tag();
-    let want = (3, u32::from_le_bytes(tag.as_ref()[..4].try_into().unwrap()), 0);
-    assert_eq!((page, expected, actual), want);
+    assert_eq!((page, expected, actual), (3, 1, 0), "page 3, version 1");
     assert_eq!(s.corrupt_pages(), 1);
     // The good pages of the batch are still decrypted; the bad one is zeroes.
     assert_eq!(buf[..PAGE_SIZE], data[..PAGE_SIZE]);
@@ -163,14 +205,41 @@ fn an_older_ciphertext_of_the_page_is_corrupt() {
     assert_eq!(s.corrupt_pages(), 1);
 }
 
+/// A donor that keeps an old ciphertext with its own, valid tag (a
+/// rollback) is caught by the version this process holds.
+#[test]
+fn an_older_ciphertext_with_its_own_tag_is_corrupt() {
+    let s = crypt(8);
+    write_run(&s, 5, &[1u8; PAGE_SIZE]);
+    let (v1, tag1) = inner_sealed(&s, 5);
+    write_run(&s, 5, &[2u8; PAGE_SIZE]);
+    put_sealed(&s, 5, &v1, tag1);
+    assert_corrupt(read_run(&s, 5, 1).unwrap_err(), 5);
+    // Put the newest back and the page reads again.
+    write_run(&s, 5, &[3u8; PAGE_SIZE]);
+    assert_eq!(read_run(&s, 5, 1).unwrap(), [3u8; PAGE_SIZE]);
+}
+
+#[test]
+fn a_changed_tag_is_corrupt() {
+    let s = crypt(8);
+    write_run(&s, 2, &[4u8; PAGE_SIZE]);
+    let (c, mut tag) = inner_sealed(&s, 2);
+    tag[15] ^= 1;
+    put_sealed(&s, 2, &c, tag);
+    assert_corrupt(read_run(&s, 2, 1).unwrap_err(), 2);
+    put_sealed(&s, 2, &c, [0; SIDECAR_LEN]);
+    assert_corrupt(read_run(&s, 2, 1).unwrap_err(), 2);
+}
+
 #[test]
 fn another_pages_ciphertext_is_corrupt() {
     let s = crypt(8);
     // Equal contents and versions: only the page index in the nonce differs.
     write_run(&s, 3, &[7u8; 2 * PAGE_SIZE]);
-    let (c3, c4) = (inner_page(&s, 3), inner_page(&s, 4));
-    put_inner(&s, 3, &c4);
-    put_inner(&s, 4, &c3);
+    let (c3, c4) = (inner_sealed(&s, 3), inner_sealed(&s, 4));
+    put_sealed(&s, 3, &c4.0, c4.1);
+    put_sealed(&s, 4, &c3.0, c3.1);
     assert_corrupt(read_run(&s, 3, 2).unwrap_err(), 3);
     assert_corrupt(read_run(&s, 4, 1).unwrap_err(), 4);
     assert_eq!(s.corrupt_pages(), 3);
@@ -185,10 +254,11 @@ fn discard_reads_zero_and_keeps_the_version() {
     s.discard(1, 2).unwrap();
     assert!(read_run(&s, 1, 2).unwrap().iter().all(|&b| b == 0));
     assert!(inner_page(&s, 1).iter().all(|&b| b == 0), "discarded below too");
-    assert_eq!(s.meta[2].word.load(Relaxed), 0, "a page never written stays untouched");
+    assert_eq!(s.versions.get(2), 0, "a page never written stays untouched");
+    assert_eq!(s.versions.get(1), 1 | DISCARDED);
     // The same data again: a new version, so a new nonce and ciphertext.
     write_run(&s, 1, &data);
-    assert_eq!(s.meta[1].word.load(Relaxed), 2);
+    assert_eq!(s.versions.get(1), 2);
     assert_ne!(inner_page(&s, 1), first);
     assert_eq!(read_run(&s, 1, 1).unwrap(), data);
 }
@@ -204,11 +274,12 @@ fn pages_never_written_read_zero_whatever_is_below() {
 #[test]
 fn different_keys_give_different_ciphertexts() {
     let a = crypt(4);
-    let b = Crypt::new(RamStore::new(4, RamOptions::default()).unwrap(), [0xa5; 32]).unwrap();
+    let b = crypt_with(4, [0xa5; 32]);
     write_run(&a, 2, &[3u8; PAGE_SIZE]);
     write_run(&b, 2, &[3u8; PAGE_SIZE]);
-    assert_ne!(inner_page(&a, 2), inner_page(&b, 2));
-    assert_ne!(a.meta[2].tag().as_ref(), b.meta[2].tag().as_ref());
+    let (sa, sb) = (inner_sealed(&a, 2), inner_sealed(&b, 2));
+    assert_ne!(sa.0, sb.0);
+    assert_ne!(sa.1, sb.1);
 }
 
 #[test]
@@ -224,10 +295,10 @@ fn rewriting_the_same_data_gives_a_new_ciphertext() {
 fn a_page_out_of_versions_refuses_the_whole_batch() {
     let s = crypt(8);
     write_run(&s, 4, &[1u8; 2 * PAGE_SIZE]);
-    s.meta[5].word.store(MAX_VERSION, Relaxed);
+    s.versions.set(5, MAX_VERSION);
     let err = s.write(&[WriteOp { page: 4, data: &[2u8; 2 * PAGE_SIZE] }]).unwrap_err();
     assert!(matches!(err, StoreError::NoSpace(_)), "{err}");
-    assert_eq!(s.meta[4].word.load(Relaxed), 1, "page 4 not re-sealed");
+    assert_eq!(s.versions.get(4), 1, "page 4 not re-sealed");
     assert_eq!(read_run(&s, 4, 1).unwrap(), [1u8; PAGE_SIZE]);
 }
 

@@ -7,7 +7,8 @@
 //! spreads pages over several stores (donors), `concat` joins stores of
 //! any sizes end to end (leases), `mirror` keeps every page on two or more
 //! stores and rebuilds a lost copy, `relocate` moves pages while in use,
-//! `lost` stands in for a store whose pages are gone. The inner
+//! `lost` stands in for a store whose pages are gone, `local_tags` keeps
+//! a sidecar per page for a store that has none (for `crypt`). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
 //!
@@ -21,6 +22,7 @@ pub mod erasure;
 mod fan_out;
 #[cfg(test)]
 mod flaky;
+pub mod local_tags;
 pub mod lost;
 pub mod mirror;
 pub mod relocate;
@@ -32,6 +34,7 @@ pub use checksum::Checksum;
 pub use concat::Concat;
 pub use crypt::Crypt;
 pub use erasure::{Erasure, ErasureStats};
+pub use local_tags::LocalTags;
 pub use lost::Lost;
 pub use mirror::{Mirror, MirrorOptions, MirrorStats};
 pub use relocate::Relocatable;

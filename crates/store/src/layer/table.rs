@@ -3,7 +3,7 @@
 //! only grows with the pages in use. Shared by `checksum`, `mirror`, `crypt`.
 
 use crate::{StoreError, StoreResult, PAGE_SIZE};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// Types for which all-zero bytes are a valid value.
 ///
@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 /// Implement only for types whose every all-zero bit pattern is valid.
 pub(crate) unsafe trait ZeroValid: Sized {}
 // SAFETY: atomics have the layout of their integer, and 0 is an integer.
+unsafe impl ZeroValid for AtomicU16 {}
+// SAFETY: as above.
 unsafe impl ZeroValid for AtomicU32 {}
 // SAFETY: as above.
 unsafe impl ZeroValid for AtomicU64 {}
@@ -24,7 +26,7 @@ pub(crate) fn zeroed<T: ZeroValid>(len: u64, what: &str) -> StoreResult<Box<[T]>
     }
     let layout = std::alloc::Layout::array::<T>(len).map_err(|_| too_many())?;
     // SAFETY: the layout has a non-zero size (len > 0; every ZeroValid type
-    // is at least 4 bytes).
+    // is at least 2 bytes).
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
     if ptr.is_null() {
         return Err(too_many());

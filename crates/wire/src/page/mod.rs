@@ -29,6 +29,15 @@ pub const FATAL_TAG: u32 = u32::MAX;
 /// The one protocol version this build speaks.
 pub const VERSION: u16 = 1;
 
+/// Request flag: the pages carry a sidecar of [`SIDECAR_LEN`] bytes each
+/// (an AEAD tag the donor keeps for the borrower). On OPEN_SLAB it makes a
+/// slab that keeps sidecars; on WRITE the payload is the pages, then one
+/// sidecar per page; on READ the reply is the same. Valid only on those
+/// three opcodes, and READ/WRITE only on a slab opened with it.
+pub const FLAG_SEALED: u8 = 1;
+/// Bytes of one page's sidecar.
+pub const SIDECAR_LEN: usize = 16;
+
 /// Hard limits of the protocol. A server may advertise smaller ones in its
 /// `Welcome`; it never accepts larger.
 pub mod limits {
@@ -38,10 +47,13 @@ pub mod limits {
     pub const MAX_INFLIGHT: u32 = 128;
     /// Slabs one borrower may hold open on one donor.
     pub const MAX_SLABS_PER_BORROWER: u32 = 1024;
-    /// The largest payload any request can carry: a full WRITEV.
-    pub const MAX_PAYLOAD_BYTES: u32 = MAX_BATCH_PAGES * (super::PAGE_SIZE as u32 + 8);
-    /// The largest reply payload: a full READ/READV.
-    pub const MAX_REPLY_PAYLOAD_BYTES: u32 = MAX_BATCH_PAGES * super::PAGE_SIZE as u32;
+    /// The largest payload any request can carry: a full sealed WRITE
+    /// (a WRITEV's 8 bytes of index a page are fewer).
+    pub const MAX_PAYLOAD_BYTES: u32 = MAX_BATCH_PAGES * SEALED_PAGE_BYTES;
+    /// The largest reply payload: a full sealed READ.
+    pub const MAX_REPLY_PAYLOAD_BYTES: u32 = MAX_BATCH_PAGES * SEALED_PAGE_BYTES;
+    /// A page and its sidecar.
+    const SEALED_PAGE_BYTES: u32 = (super::PAGE_SIZE + super::SIDECAR_LEN) as u32;
 }
 
 /// Read a little-endian integer at `at` from a slice the caller has already

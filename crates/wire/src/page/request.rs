@@ -3,7 +3,7 @@
 //! ```text
 //!  0 magic        u32  "MLRQ"
 //!  4 opcode       u8
-//!  5 flags        u8   must be 0 in version 1
+//!  5 flags        u8   FLAG_SEALED on OPEN_SLAB/READ/WRITE, else 0
 //!  6 reserved     u16  must be 0
 //!  8 tag          u32  chosen by the client, echoed in the reply
 //! 12 count        u32  pages (or page indices for READV/WRITEV)
@@ -15,7 +15,8 @@
 //! 44 header_crc   u32  CRC32C of bytes 0..44
 //! ```
 
-use super::{le_u16, le_u32, le_u64, limits, FrameError, Opcode, PAGE_SIZE};
+use super::SIDECAR_LEN;
+use super::{le_u16, le_u32, le_u64, limits, FrameError, Opcode, FLAG_SEALED, PAGE_SIZE};
 
 pub const REQ_HEADER_LEN: usize = 48;
 const MAGIC: u32 = u32::from_le_bytes(*b"MLRQ");
@@ -97,7 +98,8 @@ impl ReqHeader {
     /// `decode`) can be skipped after an error here, so the stream survives.
     pub fn validate(&self, max_batch_pages: u32) -> Result<Opcode, FrameError> {
         let op = Opcode::from_wire(self.opcode).ok_or(FrameError::UnknownOpcode(self.opcode))?;
-        if self.flags != 0 {
+        let sealable = matches!(op, Opcode::OpenSlab | Opcode::Read | Opcode::Write);
+        if self.flags & !FLAG_SEALED != 0 || (self.sealed() && !sealable) {
             return Err(FrameError::BadFlags(self.flags as u32));
         }
         let batched = matches!(op, Opcode::Read | Opcode::Write | Opcode::ReadV | Opcode::WriteV);
@@ -105,7 +107,7 @@ impl ReqHeader {
             let (got, limit) = (self.count as u64, max_batch_pages as u64);
             return Err(FrameError::BadBatch { got, limit });
         }
-        let expected = Self::expected_payload(op, self.count);
+        let expected = Self::expected_payload(op, self.count, self.sealed());
         if self.payload_len as u64 != expected {
             let got = self.payload_len as u64;
             return Err(FrameError::BadLength { what: "payload_len", got, expected });
@@ -113,10 +115,16 @@ impl ReqHeader {
         Ok(op)
     }
 
+    /// Whether the request carries (or asks for) sidecars.
+    pub fn sealed(&self) -> bool {
+        self.flags & FLAG_SEALED != 0
+    }
+
     /// Payload bytes that `op` with `count` must carry.
-    pub fn expected_payload(op: Opcode, count: u32) -> u64 {
+    pub fn expected_payload(op: Opcode, count: u32, sealed: bool) -> u64 {
         let count = count as u64;
         match op {
+            Opcode::Write if sealed => count * (PAGE_SIZE + SIDECAR_LEN) as u64,
             Opcode::Write => count * PAGE_SIZE as u64,
             Opcode::ReadV => count * 8,
             Opcode::WriteV => count * (8 + PAGE_SIZE as u64),
@@ -192,6 +200,31 @@ mod tests {
         assert!(matches!(h.validate(256), Err(FrameError::BadBatch { .. })));
         let unknown = ReqHeader { opcode: 200, ..h };
         assert_eq!(unknown.validate(256), Err(FrameError::UnknownOpcode(200)));
+    }
+
+    #[test]
+    fn sealed_is_only_for_open_read_and_write_and_sizes_the_payload() {
+        let mut h = ReqHeader { count: 2, flags: FLAG_SEALED, ..ReqHeader::new(Opcode::Write, 1) };
+        h.payload_len = 2 * 4096;
+        assert!(matches!(h.validate(256), Err(FrameError::BadLength { .. })));
+        h.payload_len = 2 * (4096 + 16);
+        assert_eq!(h.validate(256), Ok(Opcode::Write));
+        let read = ReqHeader { payload_len: 0, opcode: Opcode::Read as u8, ..h };
+        assert_eq!(read.validate(256), Ok(Opcode::Read));
+        let open = ReqHeader { count: 0, ..read };
+        assert_eq!(
+            ReqHeader { opcode: Opcode::OpenSlab as u8, ..open }.validate(256),
+            Ok(Opcode::OpenSlab)
+        );
+        for op in [Opcode::ReadV, Opcode::Discard, Opcode::Ping] {
+            let bad = ReqHeader { opcode: op as u8, ..open };
+            assert_eq!(bad.validate(256), Err(FrameError::BadFlags(1)), "{op:?}");
+        }
+        let unknown_flag = ReqHeader { flags: 2, ..read };
+        assert_eq!(unknown_flag.validate(256), Err(FrameError::BadFlags(2)));
+        // A full sealed WRITE fits the payload bound.
+        let full = 256 * (4096 + 16);
+        assert!(full <= limits::MAX_PAYLOAD_BYTES);
     }
 
     #[test]
