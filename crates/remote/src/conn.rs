@@ -301,22 +301,22 @@ impl Conn {
             return Ok(h);
         }
         let mut scratch = std::mem::take(&mut self.scratch);
-        let (data, tail): (&mut [u8], &mut [u8]) = match dest(&h) {
-            Some(d) if d.data.len() + d.tail.len() == len => (d.data, d.tail),
+        let (head, data): (&mut [u8], &mut [u8]) = match dest(&h) {
+            Some(d) if d.head.len() + d.data.len() == len => (d.head, d.data),
             Some(d) => {
                 self.scratch = scratch;
                 return Err(ClientError::Protocol(format!(
                     "reply payload is {len} bytes, expected {}",
-                    d.data.len() + d.tail.len()
+                    d.head.len() + d.data.len()
                 )));
             }
             None => {
                 scratch.resize(len, 0);
-                (&mut scratch[..], &mut [])
+                (&mut [], &mut scratch[..])
             }
         };
-        let read = self.read_buffered(data).and_then(|()| self.read_buffered(tail));
-        let crc_ok = read.is_ok() && page::payload_crc_iov([&*data, &*tail]) == h.payload_crc;
+        let read = self.read_buffered(head).and_then(|()| self.read_buffered(data));
+        let crc_ok = read.is_ok() && page::payload_crc_iov([&*head, &*data]) == h.payload_crc;
         self.scratch = scratch;
         read?;
         if !crc_ok {
@@ -400,16 +400,17 @@ impl Conn {
     }
 }
 
-/// Where a reply's payload goes: `data`, then `tail` (a sealed READ's
-/// pages, then their sidecars).
+/// Where a reply's payload goes: `head`, then `data` (a sealed READ's
+/// sidecars, then its pages: the small part first, so that the pages are
+/// read straight from the socket once the sidecars are in).
 pub struct Dest<'b> {
+    pub head: &'b mut [u8],
     pub data: &'b mut [u8],
-    pub tail: &'b mut [u8],
 }
 
 impl<'b> From<&'b mut [u8]> for Dest<'b> {
     fn from(data: &'b mut [u8]) -> Self {
-        Dest { data, tail: &mut [] }
+        Dest { head: &mut [], data }
     }
 }
 

@@ -244,7 +244,7 @@ fn run_pieces(conn: &mut Conn, slab: u32, pieces: &mut [Piece]) -> Result<(), Cl
             let (_, idx) = flight.iter().find(|(t, _)| *t == h.tag)?;
             match &mut pieces_ref[*idx] {
                 Piece::Read { buf, side, .. } if h.status == Status::Ok => {
-                    Some(Dest { data: buf, tail: side })
+                    Some(Dest { head: side, data: buf })
                 }
                 _ => None,
             }
@@ -275,7 +275,7 @@ fn queue_piece(conn: &mut Conn, slab: u32, piece: &Piece) -> u32 {
             (Opcode::Read, *page, buf.len() / PAGE_SIZE, [&[], &[]], !side.is_empty())
         }
         Piece::Write { page, data, side } => {
-            (Opcode::Write, *page, data.len() / PAGE_SIZE, [data, side], !side.is_empty())
+            (Opcode::Write, *page, data.len() / PAGE_SIZE, [side, data], !side.is_empty())
         }
     };
     let flags = if sealed { FLAG_SEALED } else { 0 };

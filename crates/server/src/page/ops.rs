@@ -152,12 +152,12 @@ fn sealed_op(
 ) -> Result<(), Status> {
     let count = h.count as usize;
     match op {
-        Opcode::Read => sealed_read_reply(out, h, |data, tags| {
+        Opcode::Read => sealed_read_reply(out, h, |tags, data| {
             let tags: &mut [Sidecar] = tags.as_chunks_mut().0;
             side.read_with(&mut [ReadOp { page: h.page, buf: data }], tags)
         }),
         Opcode::Write => {
-            let (data, tags) = payload.split_at(count * PAGE_SIZE);
+            let (tags, data) = payload.split_at(count * SIDECAR_LEN);
             let tags: &[Sidecar] = tags.as_chunks().0;
             side.write_with(&[WriteOp { page: h.page, data }], tags)
                 .map_err(|e| store_status(&e))?;
@@ -189,17 +189,17 @@ fn read_reply(
     reply_with(out, h, h.count as usize * PAGE_SIZE, fill)
 }
 
-/// `read_reply` for a sealed READ: the pages, then their sidecars.
+/// `read_reply` for a sealed READ: the sidecars, then the pages.
 fn sealed_read_reply(
     out: &mut OutBuf,
     h: &ReqHeader,
     fill: impl FnOnce(&mut [u8], &mut [u8]) -> Result<(), StoreError>,
 ) -> Result<(), Status> {
-    let data_len = h.count as usize * PAGE_SIZE;
-    let len_bytes = data_len + h.count as usize * SIDECAR_LEN;
+    let tags_len = h.count as usize * SIDECAR_LEN;
+    let len_bytes = tags_len + h.count as usize * PAGE_SIZE;
     reply_with(out, h, len_bytes, |b| {
-        let (data, tags) = b.split_at_mut(data_len);
-        fill(data, tags)
+        let (tags, data) = b.split_at_mut(tags_len);
+        fill(tags, data)
     })
 }
 

@@ -31,8 +31,8 @@ pub const VERSION: u16 = 1;
 
 /// Request flag: the pages carry a sidecar of [`SIDECAR_LEN`] bytes each
 /// (an AEAD tag the donor keeps for the borrower). On OPEN_SLAB it makes a
-/// slab that keeps sidecars; on WRITE the payload is the pages, then one
-/// sidecar per page; on READ the reply is the same. Valid only on those
+/// slab that keeps sidecars; on WRITE the payload is one sidecar per page,
+/// then the pages; on READ the reply is the same. Valid only on those
 /// three opcodes, and READ/WRITE only on a slab opened with it.
 pub const FLAG_SEALED: u8 = 1;
 /// Bytes of one page's sidecar.
