@@ -11,7 +11,7 @@ fn check(data: &[u8]) {
         assert_eq!(&h.encode()[..], &data[..REQ_HEADER_LEN]);
         assert!(h.payload_len <= limits::MAX_PAYLOAD_BYTES);
         if let Ok(op) = h.validate(limits::MAX_BATCH_PAGES) {
-            let expected = ReqHeader::expected_payload(op, h.count);
+            let expected = ReqHeader::expected_payload(op, h.count, h.sealed());
             assert_eq!(expected, h.payload_len as u64);
             assert!(h.count <= limits::MAX_BATCH_PAGES || expected == 0);
         }
