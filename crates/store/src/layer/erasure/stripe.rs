@@ -21,9 +21,15 @@ impl Coded {
             let n = (page + count - first).div_ceil(k);
             let mut bounce = vec![0u8; n as usize * PAGE_SIZE];
             let leg_op = ReadOp { page: first / k, buf: &mut bounce };
-            if let Err(e) = self.legs[d].store().read(&mut [leg_op]) {
-                self.leg_failed(d, &e, "read");
-                continue;
+            match self.legs[d].store().read(&mut [leg_op]) {
+                // A leg that authenticates its pages (an encrypted slab)
+                // found some bad: it returned the rest, and the sums below
+                // send the bad ones to `degraded`. A bad shard, not a dead leg.
+                Ok(()) | Err(StoreError::Corrupt { .. }) => {}
+                Err(e) => {
+                    self.leg_failed(d, &e, "read");
+                    continue;
+                }
             }
             for (i, src) in bounce.chunks_exact(PAGE_SIZE).enumerate() {
                 let p = first + i as u64 * k;
@@ -70,7 +76,9 @@ impl Coded {
     fn read_shard(&self, stripe: u64, j: usize, page: Option<u64>) -> StoreResult<Vec<u8>> {
         let mut data = vec![0u8; PAGE_SIZE];
         if let Err(e) = self.legs[j].store().read(&mut [ReadOp { page: stripe, buf: &mut data }]) {
-            self.leg_failed(j, &e, "read");
+            if !matches!(e, StoreError::Corrupt { .. }) {
+                self.leg_failed(j, &e, "read");
+            }
             return Err(e);
         }
         match page {

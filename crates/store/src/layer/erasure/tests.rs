@@ -123,6 +123,40 @@ fn a_lying_leg_is_caught_and_the_page_decoded() {
     assert_eq!((st.bad_copies, st.degraded_reads, st.lost_pages), (1, 1, 0));
 }
 
+/// Encrypted shards (donor slabs under `crypt`): a tampered shard is
+/// caught by its own leg, decoded from the others, and the leg stays in.
+#[test]
+fn a_shard_its_own_leg_finds_corrupt_is_decoded_and_the_leg_kept() {
+    use crate::layer::{Crypt, LocalTags};
+    use crate::ram::{RamOptions, RamStore};
+    let per_leg = PAGES.div_ceil(4);
+    let legs: Vec<_> = (0..6u8)
+        .map(|i| {
+            let ram = RamStore::new(per_leg, RamOptions::default()).unwrap();
+            Arc::new(Crypt::new(LocalTags::new(ram).unwrap(), [i + 1; 32]).unwrap())
+        })
+        .collect();
+    let named = |r: std::ops::Range<usize>| -> Vec<(Arc<dyn PageStore>, String)> {
+        r.map(|i| (Arc::clone(&legs[i]) as Arc<dyn PageStore>, format!("leg{i}"))).collect()
+    };
+    let e = Erasure::new(named(0..4), named(4..6), PAGES, None).unwrap();
+    write_some(&e, 1);
+    // Page 45 is on leg 1 at leg page 11: flip a byte of its ciphertext.
+    let raw = legs[1].inner().inner();
+    let mut sealed = vec![0u8; PAGE_SIZE];
+    raw.read(&mut [ReadOp { page: 11, buf: &mut sealed }]).unwrap();
+    sealed[5] ^= 1;
+    raw.write(&[WriteOp { page: 11, data: &sealed }]).unwrap();
+    let mut buf = vec![0u8; 8 * PAGE_SIZE];
+    e.read(&mut [ReadOp { page: 41, buf: &mut buf }]).unwrap();
+    let want: Vec<u8> = (41..49).flat_map(|p| expected(p, 1)).collect();
+    assert!(buf == want);
+    let st = e.stats();
+    assert_eq!((st.leg_failures, st.healthy_legs, st.lost_pages), (0, 6, 0));
+    assert!(st.bad_copies >= 1 && st.degraded_reads == 1, "{st:?}");
+    check_all(&e, 1);
+}
+
 #[test]
 fn concurrent_writers_of_one_stripe_keep_it_decodable() {
     let (f, e) = legs(4, 2);

@@ -320,12 +320,13 @@ impl PageStore for Mirror {
             match leg.store.read(ops) {
                 Ok(()) => return s.verify(ops, &leg),
                 Err(e) if is_caller_error(&e) => return Err(e),
-                // A leg that checks its own pages found a bad one: try
-                // another copy, but the leg is still good for other pages.
+                // A leg that checks its own pages (an encrypted slab) found
+                // a bad one. It returned the others, so check them all
+                // against the sums: the bad ones are read from another
+                // copy and rewritten here, as a lying leg's are.
                 Err(e @ StoreError::Corrupt { .. }) => {
-                    s.counters.bad_copies.fetch_add(1, Relaxed);
-                    tracing::warn!(leg = %leg.label, error = %e, "bad copy; reading another");
-                    last_err = Some(e);
+                    tracing::warn!(leg = %leg.label, error = %e, "bad copy; repairing from another");
+                    return s.verify(ops, &leg);
                 }
                 Err(e) => {
                     s.leg_failed(&leg, &e, "read");
