@@ -13,14 +13,15 @@ pub(crate) struct Flaky {
     /// Reads of this page (+1; 0 = none) return flipped bytes.
     pub lie_about: AtomicU64,
     pub reads: AtomicU64,
+    pub writes: AtomicU64,
 }
 
 impl Flaky {
     pub fn new(pages: u64) -> Arc<Flaky> {
         let inner = RamStore::new(pages, RamOptions::default()).unwrap();
-        let (dead, lie_about, reads) =
-            (AtomicBool::new(false), AtomicU64::new(0), AtomicU64::new(0));
-        Arc::new(Flaky { inner, dead, lie_about, reads })
+        let (dead, lie_about) = (AtomicBool::new(false), AtomicU64::new(0));
+        let (reads, writes) = (AtomicU64::new(0), AtomicU64::new(0));
+        Arc::new(Flaky { inner, dead, lie_about, reads, writes })
     }
 
     fn check(&self) -> StoreResult<()> {
@@ -50,6 +51,7 @@ impl PageStore for Flaky {
     }
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
         self.check()?;
+        self.writes.fetch_add(1, SeqCst);
         self.inner.write(ops)
     }
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {

@@ -5,11 +5,11 @@
 //! Layout. Logical page p is in stripe s = p / k, on data leg p % k, at leg
 //! page s. Parity leg j holds parity shard j of stripe s at leg page s.
 //!
-//! Writes update whole stripes: under the stripe's lock, the stripe's other
-//! data pages are read (pages never written are zero and are not read), the
-//! m parity pages computed and written with the new data. A single-page
-//! write so costs up to k-1 reads and 1+m writes: erasure coding is the
-//! memory-lean choice, not the fast one. A leg whose read or write fails is
+//! Writes update whole stripes: under the stripes' locks, their other data
+//! pages are read (pages never written are zero and are not read), the m
+//! parity pages computed and written with the new data. A batch does this
+//! for all its stripes at once, one request a leg (`batch.rs`), so a run of
+//! whole stripes reads nothing and costs (k+m)/k pages written a page. A leg whose read or write fails is
 //! dropped; a stripe stays decodable as long as at most m legs are. So a
 //! leg is never dropped beyond that: an error there may be a slow leg (a
 //! retransmission past the store's timeout), not a dead one, and dropping
@@ -28,6 +28,7 @@
 //! stripe writes reach it; a copier computes the slot's shard of every
 //! written stripe under that stripe's lock; then the leg is readable again.
 
+mod batch;
 mod rebuild;
 mod stripe;
 
@@ -292,24 +293,28 @@ impl Coded {
                     .insert((p % self.k as u64) as usize, data);
             }
         }
-        for (stripe, pages) in &new {
-            self.write_stripe(*stripe, pages)?;
-        }
-        Ok(())
+        let updates: Vec<batch::Update<'_>> = new.into_iter().collect();
+        self.write_stripes(&updates)
     }
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
         check_range(self.pages, page, count)?;
         let zero = [0u8; PAGE_SIZE];
-        let mut stripe = page / self.k as u64;
+        let k = self.k as u64;
         let end = page + count;
-        while stripe * (self.k as u64) < end {
-            let first = (stripe * self.k as u64).max(page);
-            let last = ((stripe + 1) * self.k as u64).min(end);
-            let pages: BTreeMap<usize, &[u8]> =
-                (first..last).map(|p| ((p % self.k as u64) as usize, &zero[..])).collect();
-            self.write_stripe(stripe, &pages)?;
-            stripe += 1;
+        let mut stripe = page / k;
+        // A batch of stripes at a time: a long discard holds no table of
+        // every stripe it covers.
+        while stripe * k < end {
+            let mut updates = Vec::new();
+            while stripe * k < end && updates.len() < 256 {
+                let (first, last) = ((stripe * k).max(page), ((stripe + 1) * k).min(end));
+                let pages: BTreeMap<usize, &[u8]> =
+                    (first..last).map(|p| ((p % k) as usize, &zero[..])).collect();
+                updates.push((stripe, pages));
+                stripe += 1;
+            }
+            self.write_stripes(&updates)?;
         }
         Ok(())
     }

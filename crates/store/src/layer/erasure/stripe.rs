@@ -1,13 +1,15 @@
 //! Reading runs, decoding lost shards and rewriting stripes.
 
 use super::Coded;
-use crate::{ReadOp, StoreError, StoreResult, WriteOp, PAGE_SIZE};
-use std::collections::BTreeMap;
+use crate::{ReadOp, StoreError, StoreResult, PAGE_SIZE};
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Coded {
     /// Read `page..` into `buf`: one call per data leg for the whole run,
-    /// then every page checked; a bad or unreachable one is decoded.
+    /// then every page checked; a bad or unreachable one is decoded. The
+    /// legs are read one after another: on two cores, a sequential read ran
+    /// 85 K pages/s so and 62 K with the legs on `fan_out` threads (a spawn
+    /// per call costs more than the round trip it overlaps).
     pub(super) fn read_run(&self, page: u64, buf: &mut [u8]) -> StoreResult<()> {
         let k = self.k as u64;
         let count = (buf.len() / PAGE_SIZE) as u64;
@@ -145,58 +147,6 @@ impl Coded {
             return Err(lost("the decoded page fails its checksum".into()));
         }
         Ok(data)
-    }
-
-    /// Write new data pages (slot -> bytes) of `stripe` and its parity.
-    pub(super) fn write_stripe(
-        &self,
-        stripe: u64,
-        new: &BTreeMap<usize, &[u8]>,
-    ) -> StoreResult<()> {
-        let (k, m) = (self.k, self.m);
-        let _owned = self.locks.write(&self.stripe_lock(stripe));
-        if let Some(e) = self.too_many_failed() {
-            return Err(e);
-        }
-        let mut shards: Vec<Vec<u8>> = Vec::with_capacity(k);
-        for j in 0..k {
-            let p = stripe * k as u64 + j as u64;
-            let shard = match new.get(&j) {
-                Some(d) => d.to_vec(),
-                None if p >= self.pages || !self.written.get(p) => vec![0u8; PAGE_SIZE],
-                None => self.current(stripe, j, p)?,
-            };
-            shards.push(shard);
-        }
-        let parity = reed_solomon_simd::encode(k, m, &shards)
-            .map_err(|e| StoreError::Unavailable(format!("erasure coding: {e}")))?;
-        let writes = new
-            .keys()
-            .map(|&j| (j, &shards[j][..]))
-            .chain(parity.iter().enumerate().map(|(i, s)| (k + i, &s[..])));
-        let mut kept = None;
-        for (leg, data) in writes {
-            if !self.legs[leg].writable() {
-                continue;
-            }
-            if let Err(e) = self.legs[leg].store().write(&[WriteOp { page: stripe, data }]) {
-                if !self.leg_failed(leg, &e, "write") {
-                    kept = Some(e);
-                }
-            }
-        }
-        if let Some(e) = self.too_many_failed().or(kept) {
-            // The stripe is inconsistent until a write of it succeeds; its
-            // sums still describe the old data, and the caller still holds
-            // the new.
-            return Err(e);
-        }
-        for (&j, d) in new {
-            let p = stripe * k as u64 + j as u64;
-            self.sums.set(p, crc32c::crc32c(d));
-            self.written.set(p);
-        }
-        Ok(())
     }
 
     /// The current contents of data slot `j` (page `p`); the caller owns the

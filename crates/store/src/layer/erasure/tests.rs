@@ -110,6 +110,65 @@ fn one_leg_too_many_fails_clearly_and_loses_nothing_once_it_answers() {
     assert_eq!((s.healthy_legs, s.leg_failures, s.lost_pages), (4, 2, 0), "{s:?}");
 }
 
+/// A batch of whole stripes costs one write a leg and no reads; one that
+/// starts and ends mid-stripe reads the edges' other pages, one request a
+/// leg.
+#[test]
+fn a_batch_is_one_request_a_leg() {
+    let (f, e) = legs(4, 2);
+    let count = |f: &[Arc<Flaky>]| -> (u64, u64) {
+        let reads = f.iter().map(|l| l.reads.swap(0, SeqCst)).sum();
+        (reads, f.iter().map(|l| l.writes.swap(0, SeqCst)).sum())
+    };
+    let run: Vec<u8> = (0..200).flat_map(|p| page_of(p, 1)).collect();
+    e.write(&[WriteOp { page: 0, data: &run }]).unwrap();
+    assert_eq!(count(&f), (0, 6), "50 whole stripes: a write a leg");
+    // Pages 2..198: stripes 0 and 49 need pages 0, 1, 198 and 199.
+    let run: Vec<u8> = (2..198).flat_map(|p| page_of(p, 2)).collect();
+    e.write(&[WriteOp { page: 2, data: &run }]).unwrap();
+    assert_eq!(count(&f), (4, 6), "edges read once a leg");
+    let mut buf = vec![0u8; 200 * PAGE_SIZE];
+    e.read(&mut [ReadOp { page: 0, buf: &mut buf }]).unwrap();
+    for (p, got) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+        let v = if (2..198).contains(&p) { 2 } else { 1 };
+        assert!(got == page_of(p as u64, v), "page {p}");
+    }
+}
+
+/// A page that lies while a batch reads it to complete its stripe is
+/// decoded, so the parity written is right: with that leg and another
+/// gone, every page still decodes.
+#[test]
+fn a_lying_page_under_a_batch_is_decoded_before_the_parity_is_made() {
+    let (f, e) = legs(4, 2);
+    write_some(&e, 1);
+    // Page 45 (leg 1, leg page 11) completes stripe 11 of a batch that
+    // writes pages 46..60.
+    f[1].lie_about.store(11 + 1, SeqCst);
+    let run: Vec<u8> = (46..60).flat_map(|p| page_of(p, 1)).collect();
+    e.write(&[WriteOp { page: 46, data: &run }]).unwrap();
+    assert_eq!(e.stats().bad_copies, 1);
+    f[1].lie_about.store(0, SeqCst);
+    f[1].dead.store(true, SeqCst);
+    f[2].dead.store(true, SeqCst);
+    check_all(&e, 1);
+    assert_eq!(e.stats().lost_pages, 0);
+}
+
+/// A leg that dies under a batch is dropped; the batch succeeds on the
+/// others and reads back.
+#[test]
+fn a_leg_that_dies_under_a_batch_costs_nothing() {
+    let (f, e) = legs(4, 2);
+    write_some(&e, 1);
+    f[5].dead.store(true, SeqCst);
+    f[2].dead.store(true, SeqCst);
+    write_some(&e, 2);
+    check_all(&e, 2);
+    let s = e.stats();
+    assert_eq!((s.leg_failures, s.lost_pages), (2, 0), "{s:?}");
+}
+
 #[test]
 fn a_lying_leg_is_caught_and_the_page_decoded() {
     let (f, e) = legs(4, 2);
