@@ -285,7 +285,7 @@ fn queue_piece(conn: &mut Conn, slab: u32, piece: &Piece) -> u32 {
 
 impl PageStore for RemoteStore {
     fn info(&self) -> StoreInfo {
-        let caps = Caps { durable: false, discard_frees: true, fast: false };
+        let caps = Caps { durable: false, discard_frees: true, fast: false, checked: false };
         StoreInfo { pages: self.pages, caps, name: format!("remote({})", self.addr) }
     }
 

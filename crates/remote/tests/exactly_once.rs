@@ -8,7 +8,7 @@ use memlend_remote::{ClientConfig, ClientError, Conn, RemoteStore};
 use memlend_store::{PageStore, ReadOp, WriteOp, PAGE_SIZE};
 use memlend_wire::page::{self, Opcode, ReqHeader, StatReply, Status};
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 fn cut() -> ClientError {
@@ -98,6 +98,9 @@ fn cuts_under_a_write_stream_lose_nothing() {
     cfg.max_retries = 20;
     let s = RemoteStore::open(proxy.addr, cfg, 1024).unwrap();
     let done = AtomicBool::new(false);
+    // Writes finished; the cutter waits for one between cuts, so every
+    // write call meets at most one cut however slow the machine.
+    let writes = AtomicU64::new(0);
     /// Stops the cutter however the writer ends, a panic included.
     struct Stop<'a>(&'a AtomicBool);
     impl Drop for Stop<'_> {
@@ -107,11 +110,16 @@ fn cuts_under_a_write_stream_lose_nothing() {
     }
     std::thread::scope(|scope| {
         scope.spawn(|| {
+            let mut cut_at = 0;
             while !done.load(Ordering::Relaxed) {
-                // Long enough for a resume to send 1 MiB again through
-                // the proxy; a cut every few ms would livelock any resume.
                 std::thread::sleep(Duration::from_millis(40));
-                proxy.cut();
+                // A cut before the last resume finished would cut the
+                // resume itself: on a loaded machine, again and again.
+                let now = writes.load(Ordering::Relaxed);
+                if now > cut_at {
+                    proxy.cut();
+                    cut_at = now;
+                }
             }
         });
         let _stop = Stop(&done);
@@ -120,6 +128,7 @@ fn cuts_under_a_write_stream_lose_nothing() {
                 let data: Vec<u8> =
                     (first..first + 256).flat_map(|p| page_pattern(round, p)).collect();
                 s.write(&[WriteOp { page: first, data: &data }]).unwrap();
+                writes.fetch_add(1, Ordering::Relaxed);
             }
         }
     });

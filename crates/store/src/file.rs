@@ -250,7 +250,8 @@ impl FileStore {
 
 impl PageStore for FileStore {
     fn info(&self) -> StoreInfo {
-        let caps = Caps { durable: true, discard_frees: self.discard_frees, fast: false };
+        let caps =
+            Caps { durable: true, discard_frees: self.discard_frees, fast: false, checked: false };
         let name = if self.direct { "file-direct" } else { "file" };
         StoreInfo { pages: self.pages, caps, name: name.into() }
     }

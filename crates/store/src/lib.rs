@@ -32,6 +32,12 @@ pub struct Caps {
     /// requests inline on the connection thread instead of handing them to a
     /// worker, which costs ~10 µs per cross-core hand-off on these machines.
     pub fast: bool,
+    /// Every page read is verified here (an AEAD tag, a checksum): a page
+    /// the store cannot vouch for fails the read with `Corrupt` and is
+    /// zeroed in the caller's buffer, while the batch's other pages are
+    /// returned. Never wrong bytes. A mirror of such stores needs no sums
+    /// of its own.
+    pub checked: bool,
 }
 
 /// Size and capabilities of a store.

@@ -117,7 +117,7 @@ impl RamStore {
 
 impl PageStore for RamStore {
     fn info(&self) -> StoreInfo {
-        let caps = Caps { durable: false, discard_frees: true, fast: true };
+        let caps = Caps { durable: false, discard_frees: true, fast: true, checked: false };
         StoreInfo { pages: self.pages, caps, name: "ram".into() }
     }
 

@@ -121,6 +121,8 @@ impl<S: PageStore> Checksum<S> {
         }
         self.corrupt_pages.fetch_add(1, Relaxed);
         tracing::warn!(page, expected, actual, "page failed its checksum");
+        // `Caps::checked`: a page not vouched for reads as zeroes.
+        buf.fill(0);
         Err(StoreError::Corrupt { page, expected, actual })
     }
 }
@@ -128,7 +130,8 @@ impl<S: PageStore> Checksum<S> {
 impl<S: PageStore> PageStore for Checksum<S> {
     fn info(&self) -> StoreInfo {
         let inner = self.inner.info();
-        StoreInfo { name: format!("checksum({})", inner.name), ..inner }
+        let caps = crate::Caps { checked: true, ..inner.caps };
+        StoreInfo { name: format!("checksum({})", inner.name), caps, ..inner }
     }
 
     fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {

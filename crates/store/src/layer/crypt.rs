@@ -277,7 +277,8 @@ fn nonce(page: u64, version: u64) -> Nonce {
 impl<S: SidecarStore> PageStore for Crypt<S> {
     fn info(&self) -> StoreInfo {
         let inner = self.inner.info();
-        StoreInfo { name: format!("crypt({})", inner.name), ..inner }
+        let caps = crate::Caps { checked: true, ..inner.caps };
+        StoreInfo { name: format!("crypt({})", inner.name), caps, ..inner }
     }
 
     fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {

@@ -79,7 +79,10 @@ fn metadata_is_6_bytes_per_page_and_limits_are_explicit() {
     let s = crypt(1 << 20);
     assert_eq!(s.metadata_bytes(), 6 << 20);
     assert_eq!(s.info().name, "crypt(local_tags(ram))");
-    assert_eq!(s.info().caps, Caps { durable: false, discard_frees: true, fast: true });
+    assert_eq!(
+        s.info().caps,
+        Caps { durable: false, discard_frees: true, fast: true, checked: true }
+    );
     let err = Crypt::new(Huge, KEY).err().expect("2^40 + 1 pages must be refused");
     assert!(matches!(err, StoreError::NoSpace(_)), "{err}");
 }

@@ -213,7 +213,9 @@ fn copied_part(page: u64, count: u64, cursor: u64) -> Option<(u64, u64)> {
 impl PageStore for Relocatable {
     fn info(&self) -> StoreInfo {
         let inner = self.state.read().current.info();
-        StoreInfo { name: format!("relocatable({})", inner.name), ..inner }
+        // Not `checked`: the pages may move to a store that is not.
+        let caps = crate::Caps { checked: false, ..inner.caps };
+        StoreInfo { name: format!("relocatable({})", inner.name), caps, ..inner }
     }
 
     fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {

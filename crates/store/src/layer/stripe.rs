@@ -77,6 +77,7 @@ impl PageStore for Stripe {
             durable: infos.iter().all(|i| i.caps.durable),
             discard_frees: infos.iter().all(|i| i.caps.discard_frees),
             fast: infos.iter().all(|i| i.caps.fast),
+            checked: infos.iter().all(|i| i.caps.checked),
         };
         let names: Vec<String> = infos.into_iter().map(|i| i.name).collect();
         StoreInfo { pages: self.pages, caps, name: format!("stripe({})", names.join(",")) }

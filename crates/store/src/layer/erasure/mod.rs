@@ -267,7 +267,7 @@ impl PageStore for Erasure {
 impl Coded {
     fn info(&self) -> StoreInfo {
         let names: Vec<String> = self.legs.iter().map(|l| l.store().info().name).collect();
-        let caps = Caps { durable: false, discard_frees: true, fast: false };
+        let caps = Caps { durable: false, discard_frees: true, fast: false, checked: true };
         let name = format!("erasure{}+{}({})", self.k, self.m, names.join(", "));
         StoreInfo { pages: self.pages, caps, name }
     }

@@ -9,7 +9,11 @@
 //!   `spread_reads`); if it fails, the next. Every page read is checked
 //!   against a CRC32C kept here (4 B/page), so a leg that returns wrong bytes
 //!   is caught: the page is read from another leg, the bad copy is counted,
-//!   logged and rewritten from the good one.
+//!   logged and rewritten from the good one. When every leg checks its own
+//!   pages (`Caps::checked`: encrypted donor slabs), the mirror keeps no
+//!   sums: a leg reports a bad page as `Corrupt` and zeroes it, and the
+//!   zeroed pages of such a read are read again, then from another leg.
+//!   A spare that does not check its pages gets a `checksum` of its own.
 //! - **Rebuild.** A dropped leg is replaced in the background: a spare store
 //!   comes from the `SpareFn` (another donor, or local SSD), joins as a
 //!   write-only leg, and a copier fills it with every page ever written (a
@@ -118,7 +122,8 @@ struct Shared {
     /// Labels of every leg that ever failed, so spares go elsewhere.
     failed_labels: Mutex<Vec<String>>,
     pages: u64,
-    sums: Sums,
+    /// None when every leg checks its own pages.
+    sums: Option<Sums>,
     written: Bitmap,
     locks: StripeLocks,
     counters: Counters,
@@ -153,13 +158,15 @@ impl Mirror {
             let has = s.info().pages;
             return Err(StoreError::NoSpace(format!("a leg holds {has} pages, not {pages}")));
         }
+        let checked = legs.iter().all(|(s, _)| s.info().caps.checked);
+        let sums = if checked { None } else { Some(Sums::new(pages)?) };
         let legs: Vec<Arc<Leg>> = legs.into_iter().map(|(s, l)| Leg::healthy(s, l)).collect();
         let has_spare = spare.is_some();
         let shared = Arc::new(Shared {
             legs: RwLock::new(legs.into()),
             failed_labels: Mutex::new(Vec::new()),
             pages,
-            sums: Sums::new(pages)?,
+            sums,
             written: Bitmap::new(pages, "written bits")?,
             locks: StripeLocks::new(),
             counters: Counters::default(),
@@ -196,7 +203,8 @@ impl Mirror {
 
     /// Bytes of per-page metadata (sums and written bits).
     pub fn metadata_bytes(&self) -> usize {
-        self.shared.sums.bytes() + (self.shared.written.words() * 8) as usize
+        let sums = self.shared.sums.as_ref().map_or(0, Sums::bytes);
+        sums + (self.shared.written.words() * 8) as usize
     }
 }
 
@@ -303,6 +311,7 @@ impl PageStore for Mirror {
             durable: infos.iter().all(|i| i.caps.durable),
             discard_frees: infos.iter().all(|i| i.caps.discard_frees),
             fast: infos.iter().all(|i| i.caps.fast),
+            checked: true,
         };
         let names: Vec<&str> = infos.iter().map(|i| i.name.as_str()).collect();
         StoreInfo { pages: self.shared.pages, caps, name: format!("mirror({})", names.join(", ")) }
@@ -318,7 +327,7 @@ impl PageStore for Mirror {
         let mut last_err = None;
         for leg in s.read_order(&legs, first) {
             match leg.store.read(ops) {
-                Ok(()) => return s.verify(ops, &leg),
+                Ok(()) => return s.verify(ops, &leg, false),
                 Err(e) if is_caller_error(&e) => return Err(e),
                 // A leg that checks its own pages (an encrypted slab) found
                 // a bad one. It returned the others, so check them all
@@ -326,7 +335,7 @@ impl PageStore for Mirror {
                 // copy and rewritten here, as a lying leg's are.
                 Err(e @ StoreError::Corrupt { .. }) => {
                     tracing::warn!(leg = %leg.label, error = %e, "bad copy; repairing from another");
-                    return s.verify(ops, &leg);
+                    return s.verify(ops, &leg, true);
                 }
                 Err(e) => {
                     s.leg_failed(&leg, &e, "read");
@@ -344,16 +353,21 @@ impl PageStore for Mirror {
         for op in ops {
             set.add_run(op.page, check_run(s.pages, op.page, op.data.len())?);
         }
-        let crcs: Vec<u32> =
-            ops.iter().flat_map(|op| op.data.chunks_exact(PAGE_SIZE)).map(crc32c::crc32c).collect();
+        let pages = ops.iter().flat_map(|op| op.data.chunks_exact(PAGE_SIZE));
+        let crcs: Vec<u32> = match s.sums {
+            Some(_) => pages.map(crc32c::crc32c).collect(),
+            None => Vec::new(),
+        };
         let _owned = s.locks.write(&set);
         let legs = Shared::live(&s.snapshot());
         let parallel = s.worth_parallel(&legs, pages_of(ops.iter().map(|op| op.data.len()).sum()));
         let results = fan::each(&legs, parallel, |leg| leg.store.write(ops));
         s.settle("write", &legs, results)?;
         let pages = ops.iter().flat_map(|op| (0..pages_of(op.data.len())).map(|i| op.page + i));
-        for (page, crc) in pages.zip(crcs) {
-            s.sums.set(page, crc);
+        for (i, page) in pages.enumerate() {
+            if let Some(sums) = &s.sums {
+                sums.set(page, crcs[i]);
+            }
             s.written.set(page);
         }
         Ok(())
@@ -367,7 +381,9 @@ impl PageStore for Mirror {
         let results = fan::each(&legs, false, |leg| leg.store.discard(page, count));
         s.settle("discard", &legs, results)?;
         for p in page..page + count {
-            s.sums.set_zero(p);
+            if let Some(sums) = &s.sums {
+                sums.set_zero(p);
+            }
             s.written.clear(p);
         }
         Ok(())

@@ -56,7 +56,11 @@ fn replace(s: &Shared, slot: usize) -> StoreResult<()> {
     let mut avoid: Vec<String> = s.snapshot().iter().map(|l| l.label.clone()).collect();
     avoid.extend(s.failed_labels.lock().iter().cloned());
     let spare = s.spare.as_ref().expect("the rebuilder runs only with a spare maker");
-    let (store, label) = spare(&SpareRequest { pages: s.pages, avoid: &avoid })?;
+    let (mut store, label) = spare(&SpareRequest { pages: s.pages, avoid: &avoid })?;
+    if s.sums.is_none() && !store.info().caps.checked {
+        // With no sums here, every leg must check its own pages.
+        store = Arc::new(crate::layer::Checksum::new(store)?);
+    }
     if store.info().pages < s.pages {
         let has = store.info().pages;
         return Err(StoreError::NoSpace(format!("spare at {label} holds {has} pages")));
@@ -139,18 +143,29 @@ fn read_from_a_good_leg(s: &Shared, target: &Arc<Leg>, ops: &mut [ReadOp<'_>]) -
             return Err(StoreError::Unavailable("no healthy copy left to rebuild from".into()));
         };
         match source.store.read(ops) {
-            Ok(()) => return check_pages(s, &source, ops),
+            Ok(()) => return check_pages(s, &source, ops, false),
+            // A leg that checks its pages found a bad one and returned the
+            // rest: a bad copy, not a dead leg.
+            Err(StoreError::Corrupt { .. }) => return check_pages(s, &source, ops, true),
             Err(e) => s.leg_failed(&source, &e, "rebuild read"),
         }
     }
 }
 
-/// Check copied pages; fix bad ones from any other healthy leg.
-fn check_pages(s: &Shared, source: &Arc<Leg>, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
+/// Check copied pages (`corrupt`: the source said some were bad); fix bad
+/// ones from any other healthy leg.
+fn check_pages(
+    s: &Shared,
+    source: &Arc<Leg>,
+    ops: &mut [ReadOp<'_>],
+    corrupt: bool,
+) -> StoreResult<()> {
     for op in ops.iter_mut() {
         for (i, page_buf) in op.buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
             let page = op.page + i as u64;
-            if s.sums.matches(page, page_buf) {
+            if !s.suspect(page, page_buf, corrupt)
+                || s.read_verified(page, page_buf, source).is_ok()
+            {
                 continue;
             }
             s.counters.bad_copies.fetch_add(1, Relaxed);

@@ -151,6 +151,46 @@ fn a_copy_its_own_leg_finds_corrupt_is_repaired_from_the_other() {
     a.read(&mut [ReadOp { page: 2, buf: &mut again }]).unwrap();
     assert_eq!(again, page_of(2, 1));
     assert_eq!(a.corrupt_pages(), 2, "the batch read and the single-page re-check");
+    // Legs that check their own pages: no sums here, only the written bits.
+    assert_eq!(m.metadata_bytes(), PAGES.div_ceil(64) as usize * 8);
+}
+
+/// Legs that check their own pages (encrypted) and a spare that does not:
+/// the spare gets a checksum, so once it is the only copy a page it lies
+/// about fails clearly instead of reading back wrong.
+#[test]
+fn a_spare_that_checks_nothing_gets_a_checksum() {
+    use crate::layer::{Crypt, LocalTags};
+    let f = [Flaky::new(PAGES), Flaky::new(PAGES)];
+    let sealed = |i: usize| {
+        let store = Crypt::new(LocalTags::new(Arc::clone(&f[i])).unwrap(), [i as u8; 32]).unwrap();
+        (Arc::new(store) as Arc<dyn PageStore>, format!("d{i}"))
+    };
+    let made = Arc::new(Mutex::new(Vec::new()));
+    // One spare only: once d0 dies too, the spare must stay the only copy.
+    let (one, count) = (spares(made.clone()), made.clone());
+    let once: SpareFn = Box::new(move |req| {
+        let made = count.lock().len();
+        match made {
+            0 => one(req),
+            _ => Err(StoreError::NoSpace("one spare only".into())),
+        }
+    });
+    let opts = MirrorOptions { spread_reads: false, spare_retry: Duration::from_millis(10) };
+    let m = Mirror::new(vec![sealed(0), sealed(1)], PAGES, opts, Some(once)).unwrap();
+    assert_eq!(m.metadata_bytes(), PAGES.div_ceil(64) as usize * 8, "no sums");
+    write_all(&m, 1);
+    f[1].dead.store(true, SeqCst);
+    write_all(&m, 2);
+    wait_for("the rebuild", || m.stats().rebuilds == 1);
+    assert!(m.info().name.contains("checksum(flaky)"), "{}", m.info().name);
+    f[0].dead.store(true, SeqCst);
+    check_all(&m, 2);
+    made.lock()[0].lie_about.store(6 + 1, SeqCst);
+    let r = read_page(&m, 6).map(|_| "the page");
+    assert!(matches!(r, Err(StoreError::Corrupt { page: 6, .. })), "{r:?}");
+    assert_eq!(read_page(&m, 9).unwrap(), page_of(9, 2));
+    assert_eq!(m.stats().lost_pages, 1);
 }
 
 #[test]

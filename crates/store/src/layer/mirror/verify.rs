@@ -6,14 +6,20 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 impl Shared {
-    /// Check every page `leg` returned in `ops`; replace bad ones with a good
-    /// copy from another leg and rewrite them on `leg`.
-    pub(super) fn verify(&self, ops: &mut [ReadOp<'_>], leg: &Arc<Leg>) -> StoreResult<()> {
+    /// Check every page `leg` returned in `ops` (`corrupt`: it said some
+    /// were bad); replace bad ones with a good copy from another leg and
+    /// rewrite them on `leg`.
+    pub(super) fn verify(
+        &self,
+        ops: &mut [ReadOp<'_>],
+        leg: &Arc<Leg>,
+        corrupt: bool,
+    ) -> StoreResult<()> {
         let mut first_err = None;
         for op in ops.iter_mut() {
             for (i, buf) in op.buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
                 let page = op.page + i as u64;
-                if self.sums.matches(page, buf) {
+                if !self.suspect(page, buf, corrupt) {
                     continue;
                 }
                 if let Err(e) = self.recover(page, buf, leg) {
@@ -24,13 +30,23 @@ impl Shared {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// Whether `page`, read into `buf` from a leg, must be read again: with
+    /// sums, one that fails its sum; without, one the leg zeroed after it
+    /// reported a bad page (a page that really is zero is only read again).
+    pub(super) fn suspect(&self, page: u64, buf: &[u8], corrupt: bool) -> bool {
+        match &self.sums {
+            Some(sums) => !sums.matches(page, buf),
+            None => corrupt && buf.iter().all(|&b| b == 0),
+        }
+    }
+
     /// A page that failed its sum in a lockless read. Under the page's shared
     /// stripe lock no writer is between data and sum, so a second mismatch
     /// is a bad copy, not a race.
     fn recover(&self, page: u64, buf: &mut [u8], bad: &Arc<Leg>) -> StoreResult<()> {
         let good = {
             let _shared = self.locks.read_page(page);
-            let expected = self.sums.expected(page);
+            let expected = self.sums.as_ref().map_or(0, |s| s.expected(page));
             match self.read_verified(page, buf, bad) {
                 Ok(()) => return Ok(()),
                 Err(StoreError::Corrupt { .. }) => {
@@ -58,15 +74,16 @@ impl Shared {
         Ok(())
     }
 
-    /// Read one page from `leg` and check it.
+    /// Read one page from `leg` and check it (a leg that checks its own
+    /// pages has, when there are no sums).
     pub(super) fn read_verified(&self, page: u64, buf: &mut [u8], leg: &Leg) -> StoreResult<()> {
         leg.store.read(&mut [ReadOp { page, buf: &mut *buf }])?;
-        match self.sums.matches(page, buf) {
-            true => Ok(()),
-            false => {
-                let (expected, actual) = (self.sums.expected(page), crc32c::crc32c(buf));
+        match &self.sums {
+            Some(sums) if !sums.matches(page, buf) => {
+                let (expected, actual) = (sums.expected(page), crc32c::crc32c(buf));
                 Err(StoreError::Corrupt { page, expected, actual })
             }
+            _ => Ok(()),
         }
     }
 
