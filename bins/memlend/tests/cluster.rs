@@ -126,24 +126,18 @@ fn far(api: &Path, size: &str, hold_s: u64) -> Child {
 }
 
 fn far_with(api: &Path, size: &str, hold_s: u64, extra: &[&str]) -> Child {
-    Command::new(MEMLEND)
-        .args([
-            "far",
-            "--insecure",
-            "--size",
-            size,
-            "--local",
-            "8M",
-            "--hold-s",
-            &hold_s.to_string(),
-            "--pool",
-        ])
+    far_cmd(api, size, hold_s, extra).spawn().unwrap()
+}
+
+fn far_cmd(api: &Path, size: &str, hold_s: u64, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(MEMLEND);
+    cmd.args(["far", "--insecure", "--size", size, "--local", "8M"])
+        .args(["--hold-s", &hold_s.to_string(), "--pool"])
         .arg(api)
         .args(extra)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stderr(Stdio::piped());
+    cmd
 }
 
 fn finish(child: Child) -> String {
@@ -183,6 +177,62 @@ fn a_borrower_gets_a_lease_uses_it_and_gives_it_back() {
     assert!(table.contains("n2") && table.contains("n1") && table.contains("server"), "{table}");
 }
 
+/// A program that uses 48 MiB of a 1 GiB far region holds leases for about
+/// what it uses: a segment is leased when the region first writes to it,
+/// not the whole region when it opens.
+#[test]
+fn a_region_leases_as_it_fills_not_all_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (donor, borrower) =
+        pair(dir.path(), &["--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"]);
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "import time\n\
+         b = bytearray(48 << 20)\n\
+         for i in range(0, len(b), 4096): b[i] = (i >> 12) & 255\n\
+         open('{}', 'w').close()\n\
+         time.sleep(3)\n\
+         bad = sum(1 for i in range(0, len(b), 4096) if b[i] != (i >> 12) & 255)\n\
+         print('bad pages:', bad)\n",
+        ready.display()
+    );
+    let job = Command::new(MEMLEND)
+        .args(["run", "--insecure", "--local", "8M", "--far", "1G", "--pool"])
+        .arg(&borrower.api)
+        .args(["--", "python3", "-c", &script])
+        .env(memlend_place::env::LEASE_FIRST, "16M")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait("the program to write its memory", 60, || ready.exists());
+    let lent = donor.field("lent_bytes");
+    let text = finish(job);
+    assert!(text.contains("bad pages: 0"), "{text}");
+    // 48 MiB evicted through an 8 MiB budget: at least the first two
+    // segments (16 + 16 MiB), and far from the 1 GiB asked for.
+    assert!((32 << 20..=128 << 20).contains(&lent), "lent {} MiB:\n{text}", lent >> 20);
+    println!("a program using 48 MiB of a 1 GiB region: {} MiB lent", lent >> 20);
+    wait("the leases to end", 10, || donor.field("lent_bytes") == 0);
+}
+
+/// Every page of a region that grew lease by lease reads back right, and
+/// the region ends up holding leases for all of it.
+#[test]
+fn a_region_that_grows_over_five_leases_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (donor, borrower) =
+        pair(dir.path(), &["--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"]);
+    let mut cmd = far_cmd(&borrower.api, "256M", 2, &[]);
+    let job = cmd.env(memlend_place::env::LEASE_FIRST, "16M").spawn().unwrap();
+    // 16 + 16 + 32 + 64 + 128 MiB.
+    wait("every segment's lease", 30, || donor.field("lent_bytes") >= 256 << 20);
+    let text = finish(job);
+    assert!(text.contains("240.0 MiB more in 4 leases as it fills"), "{text}");
+    assert!(text.contains("0 of 65536 pages differ"), "{text}");
+    assert_eq!(borrower.status()["handshakes"].as_u64(), Some(5), "{text}");
+}
+
 /// The donor's own memory use rises (a process in its cgroup): it reclaims,
 /// and the running program's pages move home while it keeps checking them.
 #[test]
@@ -198,13 +248,16 @@ fn a_reclaim_moves_a_running_programs_pages_home_with_none_lost() {
     std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (donor, borrower) = pair(dir.path(), &["--memory", cg.to_str().unwrap()]);
-    let job = far(&borrower.api, "128M", 15);
-    wait("the lease", 20, || donor.field("lent_bytes") >= 128 << 20);
+    // Three leases (32 + 32 + 64 MiB), the last two added as the region
+    // filled: each is reclaimed and moved.
+    let mut cmd = far_cmd(&borrower.api, "128M", 15, &[]);
+    let job = cmd.env(memlend_place::env::LEASE_FIRST, "32M").spawn().unwrap();
+    wait("the leases", 20, || donor.field("lent_bytes") >= 128 << 20);
     let script = format!("echo $$ > {}/cgroup.procs; exec python3 -c 'import time; b=bytearray(700<<20); time.sleep(60)'", cg.display());
     let mut hog = KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
     wait("the donor to take its memory back", 40, || donor.field("lent_bytes") == 0);
     let text = finish(job);
-    assert!(text.contains("reclaimed") && text.contains("moved to home"), "{text}");
+    assert_eq!(text.matches("moved to home").count(), 3, "{text}");
     assert!(text.contains("0 of 32768 pages differ"), "{text}");
     assert_eq!(borrower.field("borrowed_bytes"), 0);
     let _ = hog.0.kill();

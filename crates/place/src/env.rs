@@ -21,6 +21,9 @@ pub const KEY: &str = "MEMLEND_KEY";
 pub const INSECURE: &str = "MEMLEND_INSECURE";
 /// Allocations from this many bytes up are far.
 pub const THRESHOLD: &str = "MEMLEND_THRESHOLD";
+/// With a pool: the first lease's size (`64M`); later ones double, up to
+/// 2 GiB, each leased when the region first writes to it.
+pub const LEASE_FIRST: &str = "MEMLEND_LEASE_FIRST";
 /// Directory for each process's `<pid>.json` counters at exit.
 pub const STATS_DIR: &str = "MEMLEND_STATS_DIR";
 

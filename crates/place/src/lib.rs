@@ -8,6 +8,8 @@
 
 mod donors;
 pub mod env;
+pub mod grow;
+mod leases;
 pub mod pool;
 mod reclaim;
 pub mod redundant;
@@ -69,6 +71,8 @@ pub struct Opened {
 pub struct Copies {
     pub mirrors: Vec<Arc<memlend_store::layer::Mirror>>,
     pub erasures: Vec<Arc<memlend_store::layer::Erasure>>,
+    /// Mirrors made while the store runs (leases added as a region fills).
+    pub later: Arc<parking_lot::Mutex<Vec<Arc<memlend_store::layer::Mirror>>>>,
 }
 
 impl Copies {

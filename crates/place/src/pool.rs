@@ -4,6 +4,7 @@
 //! donor reclaims it the pages move (to another lease, or home) while the
 //! program runs; `reclaim.rs` does that on its own thread.
 
+use crate::grow::Lazy;
 use crate::{Copies, Opened, Placement, Redundancy};
 use anyhow::{bail, Context, Result};
 use memlend_pool::api::{self, Ask, Client, LeaseGrant, Tell};
@@ -32,14 +33,19 @@ pub struct Member {
 }
 
 pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
+    let first_pages = crate::grow::first_bytes()? / PAGE_SIZE as u64;
+    let sizes = crate::grow::layout(pages, first_pages);
     let mut client = Client::connect(api_path)?;
-    let grants = want(&mut client, pages * PAGE_SIZE as u64, WANT_TIMEOUT)?;
+    let grants = want(&mut client, sizes[0] * PAGE_SIZE as u64, WANT_TIMEOUT)?;
     let got: u64 = grants.iter().map(|g| g.bytes).sum::<u64>() / PAGE_SIZE as u64;
-    if got < pages {
+    if got < sizes[0] {
+        for g in &grants {
+            let _ = client.ask(&Ask::Release { donor: g.donor, lease: g.lease });
+        }
         bail!(
             "the cluster lent {} of the {} asked in {} s: no donor has room now",
             crate::human_pages(got),
-            crate::human_pages(pages),
+            crate::human_pages(sizes[0]),
             WANT_TIMEOUT.as_secs()
         );
     }
@@ -55,40 +61,63 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
         members.push(member(Some((g.donor, g.lease)), &g.donor_name, store));
     }
     let mut mirrors = Vec::new();
-    let mut stores: Vec<Arc<dyn PageStore>> = Vec::new();
+    let mut first: Vec<Arc<dyn PageStore>> = Vec::new();
+    let ssd_dir = p.ssd.clone().unwrap_or_else(crate::default_ssd_dir);
     for m in &members {
         let lease = Arc::clone(&m.stats) as Arc<dyn PageStore>;
         if !backed {
-            stores.push(lease);
+            first.push(lease);
             continue;
         }
-        let mirror = Arc::new(backed_by_ssd(p, lease, &m.donor_name, m.pages)?);
-        stores.push(Arc::clone(&mirror) as Arc<dyn PageStore>);
+        let mirror = Arc::new(backed_by_ssd(&ssd_dir, lease, &m.donor_name, m.pages)?);
+        first.push(Arc::clone(&mirror) as Arc<dyn PageStore>);
         mirrors.push(mirror);
+    }
+    let first: Arc<dyn PageStore> = match first.len() {
+        1 => first.pop().expect("one store"),
+        _ => Arc::new(Concat::new(first)?),
+    };
+    let (tx, events) = crate::reclaim::channel();
+    let like = first.info();
+    let mut stores = vec![Arc::clone(&first)];
+    for (i, &size) in sizes.iter().enumerate().skip(1) {
+        stores.push(Arc::new(Lazy::new(i, size, like.clone(), tx.clone())));
     }
     let store = Concat::new(stores)?;
     let names: Vec<&str> = grants.iter().map(|g| g.donor_name.as_str()).collect();
     let mut describe = format!("{} lease(s) from {}", grants.len(), names.join(", "));
+    if sizes.len() > 1 {
+        let later = crate::human_pages(pages - sizes[0]);
+        describe.push_str(&format!(", {later} more in {} leases as it fills", sizes.len() - 1));
+    }
     if backed {
         describe.push_str(", each backed by an SSD file");
     }
-    let home = p.ssd.clone();
-    crate::reclaim::spawn(client, members, (cfg, p.encrypts()), home, backed)?;
     let copies = Copies { mirrors, ..Copies::default() };
+    let handoff = crate::reclaim::Handoff {
+        client,
+        members,
+        cfg,
+        encrypt: p.encrypts(),
+        home: p.ssd.clone(),
+        backed,
+        segments: sizes.len(),
+        copies: copies.clone(),
+    };
+    crate::reclaim::spawn(handoff, tx, events, first)?;
     Ok(Opened { store: Arc::new(store), pages, describe, copies })
 }
 
 /// A lease with a write-through copy on the local SSD, read only when the
 /// lease fails: its donor crashed, or it reclaimed the lease and revoked it
 /// before the pages could move (a borrower too slow for the deadline).
-fn backed_by_ssd(
-    p: &Placement,
+pub(crate) fn backed_by_ssd(
+    dir: &Path,
     lease: Arc<dyn PageStore>,
     donor: &str,
     pages: u64,
 ) -> Result<Mirror> {
-    let dir = p.ssd.clone().unwrap_or_else(crate::default_ssd_dir);
-    let file = crate::ssd::open(&dir, Some(pages))?.store;
+    let file = crate::ssd::open(dir, Some(pages))?.store;
     let legs = vec![(lease, donor.to_string()), (file, "ssd".to_string())];
     Ok(Mirror::new(legs, pages, MirrorOptions::default(), None)?)
 }

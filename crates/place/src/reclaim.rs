@@ -4,9 +4,11 @@
 //! — then release it. The program keeps running throughout; `Relocatable`
 //! keeps every page readable and every write kept while pages move.
 
-use crate::pool::{open_lease, Member};
+use crate::grow::Grow;
+use crate::pool::Member;
+use crate::Copies;
 use anyhow::Result;
-use memlend_pool::api::{Ask, Client, LeaseGrant, Tell};
+use memlend_pool::api::{Ask, Client, Tell};
 use memlend_remote::ClientConfig;
 use memlend_store::layer::relocate::{self, Progress, RelocateOptions};
 use memlend_store::layer::Lost;
@@ -14,79 +16,145 @@ use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Activity reports to the daemon (reclaim takes the least active first).
 const ACTIVITY_EVERY: Duration = Duration::from_secs(1);
-/// Lines queued while a replacement lease is awaited.
-const MAX_PENDING: usize = 1024;
+/// Events set aside while a lease is awaited.
+pub(crate) const MAX_PENDING: usize = 1024;
+/// Events not yet taken by the lease thread (the daemon's lines wait in
+/// the socket beyond this; a segment's ask waits to be queued).
+const MAX_QUEUED: usize = 256;
 
-struct Ear {
-    client: Client,
-    members: Vec<Member>,
-    cfg: ClientConfig,
-    /// New leases are encrypted, as the first ones were.
-    encrypt: bool,
-    home: Option<PathBuf>,
-    pending: VecDeque<Tell>,
-    last_pages: Vec<u64>,
-    /// Every lease has a copy on the local SSD (`--redundancy ssd`).
-    backed: bool,
+/// What the lease thread acts on.
+pub enum Event {
+    Tell(Tell),
+    Grow(Grow),
+    /// The daemon's connection ended, and why.
+    Gone(String),
 }
 
+pub(crate) struct Ear {
+    pub(crate) client: Client,
+    pub(crate) events: Receiver<Event>,
+    pub(crate) members: Vec<Member>,
+    pub(crate) cfg: ClientConfig,
+    /// New leases are encrypted, as the first ones were.
+    pub(crate) encrypt: bool,
+    pub(crate) home: Option<PathBuf>,
+    pub(crate) pending: VecDeque<Event>,
+    pub(crate) last_pages: Vec<u64>,
+    /// Every lease has a copy on the local SSD (`--redundancy ssd`).
+    pub(crate) backed: bool,
+    /// Each segment's store once leased (see `grow.rs`).
+    pub(crate) segments: Vec<Option<Arc<dyn PageStore>>>,
+    /// Where the mirrors of leases added later are counted.
+    pub(crate) copies: Copies,
+}
+
+/// How `pool::open` hands the region to its lease thread.
+pub struct Handoff {
+    pub client: Client,
+    pub members: Vec<Member>,
+    pub cfg: ClientConfig,
+    pub encrypt: bool,
+    pub home: Option<PathBuf>,
+    pub backed: bool,
+    pub segments: usize,
+    pub copies: Copies,
+}
+
+/// The channel that segments ask on; give its receiver to [`spawn`].
+pub fn channel() -> (SyncSender<Event>, Receiver<Event>) {
+    mpsc::sync_channel(MAX_QUEUED)
+}
+
+/// Start the lease thread; `first` is segment 0's store.
 pub fn spawn(
-    client: Client,
-    members: Vec<Member>,
-    (cfg, encrypt): (ClientConfig, bool),
-    home: Option<PathBuf>,
-    backed: bool,
+    h: Handoff,
+    tx: SyncSender<Event>,
+    events: Receiver<Event>,
+    first: Arc<dyn PageStore>,
 ) -> Result<()> {
-    let last_pages = vec![0; members.len()];
-    let pending = VecDeque::new();
-    let ear = Ear { client, members, cfg, encrypt, home, pending, last_pages, backed };
-    // The name keeps the preload shim out of this thread's allocations.
+    let reader = h.client.try_clone()?;
+    // The names keep the preload shim out of these threads' allocations.
+    std::thread::Builder::new().name("memlend-poolrd".into()).spawn(move || read(reader, tx))?;
+    let mut segments = vec![None; h.segments];
+    segments[0] = Some(first);
+    let ear = Ear {
+        client: h.client,
+        events,
+        last_pages: vec![0; h.members.len()],
+        members: h.members,
+        cfg: h.cfg,
+        encrypt: h.encrypt,
+        home: h.home,
+        pending: VecDeque::new(),
+        backed: h.backed,
+        segments,
+        copies: h.copies,
+    };
     std::thread::Builder::new().name("memlend-pool".into()).spawn(move || ear.run())?;
     Ok(())
+}
+
+/// Pass the daemon's lines on to the lease thread, until either ends.
+fn read(mut client: Client, tx: SyncSender<Event>) {
+    loop {
+        let event = match client.next(None) {
+            Ok(Some(t)) => Event::Tell(t),
+            Ok(None) => Event::Gone("memlendd closed the connection".into()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => Event::Gone(format!("lost memlendd: {e}")),
+        };
+        let last = matches!(event, Event::Gone(_));
+        if tx.send(event).is_err() || last {
+            return;
+        }
+    }
 }
 
 impl Ear {
     fn run(mut self) {
         let mut next_report = Instant::now() + ACTIVITY_EVERY;
         loop {
-            let tell = match self.pending.pop_front() {
-                Some(t) => Some(t),
-                None => match self.client.next(Some(
-                    next_report
-                        .saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(10)),
-                )) {
-                    Ok(Some(t)) => Some(t),
-                    Ok(None) => {
-                        tracing::error!("memlendd closed the connection: leases can no longer be moved on reclaim");
-                        return;
+            let event = match self.pending.pop_front() {
+                Some(e) => Some(e),
+                None => {
+                    let wait = next_report.saturating_duration_since(Instant::now());
+                    match self.events.recv_timeout(wait.max(Duration::from_millis(10))) {
+                        Ok(e) => Some(e),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return,
                     }
-                    Err(e) if is_timeout(&e) => None,
-                    Err(e) => {
-                        tracing::error!(error = %e, "lost memlendd");
-                        return;
-                    }
-                },
+                }
             };
-            match tell {
-                Some(Tell::Reclaim { donor, lease, deadline_ms }) => {
-                    self.reclaim(donor, lease, deadline_ms)
+            match event {
+                Some(Event::Tell(t)) => self.tell(t),
+                Some(Event::Grow(g)) => self.grow(g),
+                Some(Event::Gone(why)) => {
+                    tracing::error!(%why, "leases can no longer be moved on reclaim or added");
+                    return;
                 }
-                Some(Tell::Lost { donor, lease, why }) if self.backed => {
-                    tracing::warn!(donor, lease, %why, "a lease was lost: its pages are read from their SSD copy");
-                }
-                Some(Tell::Lost { donor, lease, why }) => self.lost(donor, lease, &why),
-                _ => {}
+                None => {}
             }
             if Instant::now() >= next_report {
                 next_report = Instant::now() + ACTIVITY_EVERY;
                 self.report_activity();
             }
+        }
+    }
+
+    fn tell(&mut self, tell: Tell) {
+        match tell {
+            Tell::Reclaim { donor, lease, deadline_ms } => self.reclaim(donor, lease, deadline_ms),
+            Tell::Lost { donor, lease, why } if self.backed => {
+                tracing::warn!(donor, lease, %why, "a lease was lost: its pages are read from their SSD copy");
+            }
+            Tell::Lost { donor, lease, why } => self.lost(donor, lease, &why),
+            _ => {}
         }
     }
 
@@ -167,49 +235,6 @@ impl Ear {
         }
     }
 
-    /// A new lease of `pages` from the cluster, if one comes within `wait`.
-    fn replacement(
-        &mut self,
-        pages: u64,
-        wait: Duration,
-    ) -> Option<(Arc<dyn PageStore>, LeaseGrant)> {
-        self.client.ask(&Ask::Want { bytes: pages * PAGE_SIZE as u64 }).ok()?;
-        let until = Instant::now() + wait;
-        let mut got: Vec<LeaseGrant> = Vec::new();
-        let mut bytes = 0;
-        while bytes < pages * PAGE_SIZE as u64 {
-            let left = until.checked_duration_since(Instant::now())?;
-            match self.client.next(Some(left.max(Duration::from_millis(1)))) {
-                Ok(Some(Tell::Lease(g))) => {
-                    bytes += g.bytes;
-                    got.push(g);
-                }
-                Ok(Some(Tell::Unmet { .. })) => break,
-                Ok(Some(other)) if self.pending.len() < MAX_PENDING => {
-                    self.pending.push_back(other)
-                }
-                Ok(Some(_)) => {}
-                _ => break,
-            }
-        }
-        // One lease that covers the member, or nothing: a member is one store.
-        let fits = got.iter().position(|g| g.bytes >= pages * PAGE_SIZE as u64);
-        for (j, g) in got.iter().enumerate() {
-            if Some(j) != fits {
-                let _ = self.client.ask(&Ask::Release { donor: g.donor, lease: g.lease });
-            }
-        }
-        let g = got.swap_remove(fits?);
-        match open_lease(&g, &self.cfg, self.encrypt) {
-            Ok(s) => Some((s, g)),
-            Err(e) => {
-                tracing::warn!(error = %e, "a replacement lease could not be opened");
-                let _ = self.client.ask(&Ask::Release { donor: g.donor, lease: g.lease });
-                None
-            }
-        }
-    }
-
     fn report_activity(&mut self) {
         for (i, m) in self.members.iter().enumerate() {
             let snap = m.stats.snapshot();
@@ -228,18 +253,11 @@ impl Ear {
 }
 
 /// Where pages go when no donor takes them: the SSD directory, else RAM.
-fn home_store(dir: Option<&Path>, pages: u64) -> Result<(Arc<dyn PageStore>, String)> {
+pub(crate) fn home_store(dir: Option<&Path>, pages: u64) -> Result<(Arc<dyn PageStore>, String)> {
     if let Some(dir) = dir {
         let o = crate::ssd::open(dir, Some(pages))?;
         return Ok((o.store, format!("home ({})", o.describe)));
     }
     let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, RamOptions::default())?);
     Ok((s, "home (RAM)".into()))
-}
-
-/// Nothing came, and the daemon is still there. A read with a timeout is
-/// not restarted after the process was stopped and continued: EINTR.
-fn is_timeout(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::{Interrupted, TimedOut, WouldBlock};
-    matches!(e.kind(), WouldBlock | TimedOut | Interrupted)
 }

@@ -256,7 +256,8 @@ pub fn sum_stats(copies: &crate::Copies) -> MirrorStats {
         t.bad_copies += e.bad_copies;
         t.lost_pages += e.lost_pages;
     }
-    for s in copies.mirrors.iter().map(|m| m.stats()) {
+    let later = copies.later.lock().clone();
+    for s in copies.mirrors.iter().chain(&later).map(|m| m.stats()) {
         t.legs += s.legs;
         t.healthy_legs += s.healthy_legs;
         t.leg_failures += s.leg_failures;

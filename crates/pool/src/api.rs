@@ -172,6 +172,13 @@ impl Client {
         Ok(Client { stream, partial: Vec::new() })
     }
 
+    /// A second handle on the same connection: one thread can wait for
+    /// lines on one while another asks on the other. Only one of them may
+    /// read (each keeps its own partial line).
+    pub fn try_clone(&self) -> std::io::Result<Client> {
+        Ok(Client { stream: self.stream.try_clone()?, partial: Vec::new() })
+    }
+
     pub fn ask(&mut self, a: &Ask) -> std::io::Result<()> {
         write_json(&mut self.stream, a)
     }
