@@ -35,6 +35,20 @@ fn wait_listening(addr: SocketAddr, child: &mut Child) {
     }
 }
 
+/// SIGTERM, then wait at most 10 s for the exit.
+fn stop_by_sigterm(child: &mut Child) -> std::process::ExitStatus {
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "memlendd did not stop within 10 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn refusal(args: &[&str]) -> String {
     let out = Command::new(BIN).args(args).output().unwrap();
     assert!(!out.status.success(), "memlendd {args:?} should refuse");
@@ -109,21 +123,38 @@ fn serves_pages_and_stops_cleanly_on_sigterm() {
         let too_big = RemoteStore::open(addr, ClientConfig::new(None), 64 << 8);
         assert!(too_big.is_err(), "a slab beyond --lend is refused");
     }
-    // SAFETY: sending a signal to our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "memlendd did not stop within 10 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = stop_by_sigterm(child);
     let mut log = String::new();
     child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
     assert!(status.success(), "exit status {status:?}, log:\n{log}");
     assert!(log.contains("INSECURE"), "insecure mode is said in the log:\n{log}");
     assert!(log.contains("pages_written=64"), "final stats are logged:\n{log}");
+}
+
+/// A cluster node's API and metrics accept loops see the stop too: they sat
+/// in a blocking accept, so the daemon never exited on SIGTERM.
+#[test]
+fn a_cluster_node_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = dir.path().join("api.sock");
+    let (listen, control, metrics) = (free_addr(), free_addr(), free_addr());
+    let mut reaped = Reaped(
+        Command::new(BIN)
+            .args(["--cluster", "--lend", "64M", "--insecure", "--memory", "host"])
+            .args(["--listen", &listen.to_string(), "--control", &control.to_string()])
+            .args(["--metrics", &metrics.to_string(), "--api", api.to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut reaped.0;
+    wait_listening(metrics, child);
+    assert!(std::os::unix::net::UnixStream::connect(&api).is_ok(), "the API socket answers");
+    let status = stop_by_sigterm(child);
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert!(status.success(), "exit status {status:?}, log:\n{log}");
+    assert!(!api.exists(), "the API socket is removed on a clean stop");
 }
 
 /// Far memory end to end: a region four times its local budget whose pages

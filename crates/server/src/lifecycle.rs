@@ -86,37 +86,60 @@ where
 {
     listener.set_nonblocking(true)?;
     let serve = Arc::new(serve);
-    while !shutdown.is_stopping() {
-        let (stream, peer) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(ACCEPT_POLL);
-                continue;
+    poll_accept(
+        what,
+        &shutdown,
+        || listener.accept(),
+        |(stream, peer)| {
+            if stream.set_nonblocking(false).is_err() {
+                return;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            let _ = stream.set_nodelay(true);
+            if let Err(e) = memlend_net::set_liveness(&stream, &memlend_net::Liveness::default()) {
+                tracing::warn!(server = what, %peer, error = %e, "cannot set TCP keepalive");
+            }
+            let guard = match shutdown.track(&stream, max_connections) {
+                Ok(Some(g)) => g,
+                Ok(None) => {
+                    tracing::warn!(server = what, %peer, max_connections, "connection refused: limit reached");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(server = what, %peer, error = %e, "connection dropped");
+                    return;
+                }
+            };
+            let serve = Arc::clone(&serve);
+            let spawned = thread::Builder::new().name(format!("{what}-{peer}")).spawn(move || {
+                let _guard = guard;
+                serve(stream, peer);
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(server = what, %peer, error = %e, "cannot start connection thread");
+            }
+        },
+    );
+    Ok(())
+}
+
+/// Run `accept` (on a nonblocking listener) until `shutdown` stops, handing
+/// each connection to `take`. A blocking accept would never see the stop:
+/// the thread could not be joined and the daemon would hang on SIGTERM.
+pub fn poll_accept<C>(
+    what: &str,
+    shutdown: &Shutdown,
+    mut accept: impl FnMut() -> io::Result<C>,
+    mut take: impl FnMut(C),
+) {
+    while !shutdown.is_stopping() {
+        match accept() {
+            Ok(c) => take(c),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 tracing::warn!(server = what, error = %e, "accept failed");
                 thread::sleep(ACCEPT_POLL);
-                continue;
             }
-        };
-        stream.set_nonblocking(false)?;
-        let _ = stream.set_nodelay(true);
-        if let Err(e) = memlend_net::set_liveness(&stream, &memlend_net::Liveness::default()) {
-            tracing::warn!(server = what, %peer, error = %e, "cannot set TCP keepalive");
-        }
-        let Some(guard) = shutdown.track(&stream, max_connections)? else {
-            tracing::warn!(server = what, %peer, max_connections, "connection refused: limit reached");
-            continue;
-        };
-        let serve = Arc::clone(&serve);
-        let spawned = thread::Builder::new().name(format!("{what}-{peer}")).spawn(move || {
-            let _guard = guard;
-            serve(stream, peer);
-        });
-        if let Err(e) = spawned {
-            tracing::warn!(server = what, %peer, error = %e, "cannot start connection thread");
         }
     }
-    Ok(())
 }

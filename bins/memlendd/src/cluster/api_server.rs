@@ -4,6 +4,7 @@
 
 use super::wake::Waker;
 use memlend_pool::api::{self, Ask, Tell, MAX_CLIENTS};
+use memlend_server::lifecycle::{poll_accept, Shutdown};
 use std::io::BufReader;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -40,16 +41,29 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(l)
 }
 
-pub fn serve(listener: UnixListener, path: PathBuf, cmds: SyncSender<Cmd>, waker: Waker) {
+pub fn serve(
+    listener: UnixListener,
+    path: PathBuf,
+    cmds: SyncSender<Cmd>,
+    waker: Waker,
+    shutdown: Shutdown,
+) {
     let live = Arc::new(AtomicUsize::new(0));
     let mut next_owner = 1u64;
-    for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::error!(error = %e, "cannot serve the API socket");
+        return;
+    }
+    let accept = || listener.accept().map(|(s, _)| s);
+    poll_accept("api", &shutdown, accept, |stream| {
+        if stream.set_nonblocking(false).is_err() {
+            return;
+        }
         if live.load(Ordering::Relaxed) >= MAX_CLIENTS {
             let mut s = stream;
             let _ =
                 api::write_json(&mut s, &Tell::Error { message: "too many API clients".into() });
-            continue;
+            return;
         }
         let owner = next_owner;
         next_owner += 1;
@@ -62,7 +76,7 @@ pub fn serve(listener: UnixListener, path: PathBuf, cmds: SyncSender<Cmd>, waker
         if spawned.is_err() {
             tracing::warn!("cannot start an API client thread");
         }
-    }
+    });
     let _ = std::fs::remove_file(path);
 }
 

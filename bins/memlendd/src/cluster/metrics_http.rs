@@ -3,30 +3,43 @@
 
 use super::wake::Waker;
 use memlend_pool::api::ClusterStatus;
+use memlend_server::lifecycle::{poll_accept, Shutdown};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::time::Duration;
 
-pub fn serve(listener: TcpListener, ask: SyncSender<SyncSender<ClusterStatus>>, waker: Waker) {
-    for conn in listener.incoming() {
-        let Ok(mut s) = conn else { continue };
+pub fn serve(
+    listener: TcpListener,
+    ask: SyncSender<SyncSender<ClusterStatus>>,
+    waker: Waker,
+    shutdown: Shutdown,
+) {
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::error!(error = %e, "cannot serve metrics");
+        return;
+    }
+    let accept = || listener.accept().map(|(s, _)| s);
+    poll_accept("metrics", &shutdown, accept, |mut s| {
+        if s.set_nonblocking(false).is_err() {
+            return;
+        }
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
         let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
         let mut req = [0u8; 1024];
         let _ = s.read(&mut req); // the request itself does not matter
         let (tx, rx) = sync_channel(1);
         if ask.try_send(tx).is_err() {
-            continue;
+            return;
         }
         waker.wake();
         let body = match rx.recv_timeout(Duration::from_secs(2)) {
             Ok(st) => render(&st),
-            Err(_) => continue,
+            Err(_) => return,
         };
         let _ = write!(s, "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-    }
+    });
 }
 
 fn render(st: &ClusterStatus) -> String {

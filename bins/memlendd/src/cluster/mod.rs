@@ -91,12 +91,13 @@ pub fn start(
         next_sample_us: 0,
     };
     let mut threads = vec![spawn("control", move || control.run())?];
-    let (api_path, w) = (args.api.clone(), waker.clone());
-    threads.push(spawn("api-accept", move || api_server::serve(listener, api_path, cmd_tx, w))?);
+    let (api_path, w, stop) = (args.api.clone(), waker.clone(), shutdown.clone());
+    threads
+        .push(spawn("api-accept", move || api_server::serve(listener, api_path, cmd_tx, w, stop))?);
     if let Some(addr) = args.metrics {
         let l = TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} for metrics"))?;
-        threads.push(spawn("metrics", move || metrics_http::serve(l, snap_tx, waker))?);
+        threads.push(spawn("metrics", move || metrics_http::serve(l, snap_tx, waker, shutdown))?);
     }
     Ok(threads)
 }
