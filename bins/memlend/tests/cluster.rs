@@ -356,12 +356,26 @@ impl Drop for ContinueOnDrop {
 /// (not home), while the program keeps checking them.
 #[test]
 fn a_reclaim_moves_pages_to_another_donor() {
+    reclaim_to_another_donor("move", &[], false);
+}
+
+/// The same with `--redundancy ssd`, and the second donor is then killed:
+/// the SSD copy sits above the lease that moves (`mirror(relocatable lease,
+/// ssd)`), so it covers the new donor too, and none is lost.
+#[test]
+fn a_lease_that_took_reclaimed_pages_keeps_an_ssd_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let ssd = ["--redundancy", "ssd", "--ssd", dir.path().to_str().unwrap()];
+    reclaim_to_another_donor("move-ssd", &ssd, true);
+}
+
+fn reclaim_to_another_donor(name: &str, far_extra: &[&str], kill_second: bool) {
     if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
         eprintln!("skipped: needs root and a cgroup v1 memory controller");
         return;
     }
-    let cg =
-        PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-move-{}", std::process::id()));
+    let id = std::process::id();
+    let cg = PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-{name}-{id}"));
     std::fs::create_dir_all(&cg).unwrap();
     let _rm = RmCgroup(cg.clone());
     std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
@@ -382,10 +396,10 @@ fn a_reclaim_moves_pages_to_another_donor() {
         &["--insecure", "--memory", "host", "--thresholds", "0,0.01,0.985,0.99"],
     );
     wait("the first donor to offer", 20, || first.field("available_bytes") >= 128 << 20);
-    let job = far(&borrower.api, "128M", 20);
+    let job = far_with(&borrower.api, "128M", 20, far_extra);
     wait("the lease on the first donor", 20, || first.field("lent_bytes") >= 128 << 20);
     // The second donor joins only now, so the first lease was on the first.
-    let second = Node::start(
+    let mut second = Node::start(
         dir.path(),
         "n3",
         c3,
@@ -398,12 +412,20 @@ fn a_reclaim_moves_pages_to_another_donor() {
     wait("the pages to reach the second donor", 40, || {
         first.field("lent_bytes") == 0 && second.field("lent_bytes") >= 128 << 20
     });
+    if kill_second {
+        second.child.kill().unwrap();
+        second.child.wait().unwrap();
+    }
     let text = finish(job);
     assert!(text.contains("moved to n3"), "{text}");
+    assert!(text.contains("0 of 32768 pages differ"), "{text}");
+    if kill_second {
+        let _ = hog.0.kill();
+        return;
+    }
     let metrics = http_get(borrower.metrics);
     assert!(metrics.contains("memlend_migrations_total 1"), "{metrics}");
     assert!(http_get(first.metrics).contains("memlend_reclaims_sent_total 1"));
-    assert!(text.contains("0 of 32768 pages differ"), "{text}");
     wait("the second lease to end with the program", 10, || second.field("lent_bytes") == 0);
     let _ = hog.0.kill();
 }
