@@ -192,7 +192,9 @@ def scenario(out, loss_pct, delay_ms):
     log_a = open(os.path.join(out, "job_a.log"), "w")
     a = job(A, 15, log_a, delay_ms > 0)
     mark("A starts a far-memory job of its own")
-    wait_for("A to borrow from C", lambda: (status(C) or {}).get("node", {}).get("lent_bytes", 0) >= JOB["size"], 30)
+    # B's pages may be on C already (they go back to a lease once C has
+    # room), so A's own borrowing is what to wait for.
+    wait_for("A to borrow from C", lambda: (status(A) or {}).get("node", {}).get("borrowed_bytes", 0) >= JOB["size"], 30)
     mark("A borrows from C")
     rc_b, rc_a = b.wait(timeout=180), a.wait(timeout=180)
     mark(f"jobs done (B exit {rc_b}, A exit {rc_a})")

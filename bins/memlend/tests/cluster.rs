@@ -237,15 +237,8 @@ fn a_region_that_grows_over_five_leases_loses_nothing() {
 /// and the running program's pages move home while it keeps checking them.
 #[test]
 fn a_reclaim_moves_a_running_programs_pages_home_with_none_lost() {
-    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        eprintln!("skipped: needs root and a cgroup v1 memory controller");
-        return;
-    }
-    let cg =
-        PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-reclaim-{}", std::process::id()));
-    std::fs::create_dir_all(&cg).unwrap();
-    let _rm = RmCgroup(cg.clone());
-    std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
+    let Some(rm) = donor_cgroup("reclaim") else { return };
+    let cg = rm.0.clone();
     let dir = tempfile::tempdir().unwrap();
     let (donor, borrower) = pair(dir.path(), &["--memory", cg.to_str().unwrap()]);
     // Three leases (32 + 32 + 64 MiB), the last two added as the region
@@ -253,14 +246,37 @@ fn a_reclaim_moves_a_running_programs_pages_home_with_none_lost() {
     let mut cmd = far_cmd(&borrower.api, "128M", 15, &[]);
     let job = cmd.env(memlend_place::env::LEASE_FIRST, "32M").spawn().unwrap();
     wait("the leases", 20, || donor.field("lent_bytes") >= 128 << 20);
-    let script = format!("echo $$ > {}/cgroup.procs; exec python3 -c 'import time; b=bytearray(700<<20); time.sleep(60)'", cg.display());
-    let mut hog = KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
+    let mut hog = hog(&cg);
     wait("the donor to take its memory back", 40, || donor.field("lent_bytes") == 0);
     let text = finish(job);
     assert_eq!(text.matches("moved to home").count(), 3, "{text}");
     assert!(text.contains("0 of 32768 pages differ"), "{text}");
     assert_eq!(borrower.field("borrowed_bytes"), 0);
     let _ = hog.0.kill();
+}
+
+/// The donor reclaims with no other donor free: the pages go home, into the
+/// borrower's RAM. The donor's own use then falls again, it lends again,
+/// and the pages go back to it while the program keeps checking them.
+#[test]
+fn pages_sent_home_go_back_to_a_lease_when_the_cluster_has_room() {
+    let Some(rm) = donor_cgroup("back") else { return };
+    let cg = rm.0.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let (donor, borrower) = pair(dir.path(), &["--memory", cg.to_str().unwrap()]);
+    let job = far(&borrower.api, "128M", 45);
+    wait("the lease", 20, || donor.field("lent_bytes") >= 128 << 20);
+    let mut hog = hog(&cg);
+    wait("the donor to take its memory back", 40, || donor.field("lent_bytes") == 0);
+    let _ = hog.0.kill();
+    let _ = hog.0.wait();
+    wait("the pages to go back to the donor", 40, || donor.field("lent_bytes") >= 128 << 20);
+    let text = finish(job);
+    assert!(text.contains("moved to home"), "{text}");
+
+    assert!(text.contains("moved back from home"), "{text}");
+    assert!(text.contains("0 of 32768 pages differ"), "{text}");
+    wait("the lease to end with the program", 10, || donor.field("lent_bytes") == 0);
 }
 
 /// The donor reclaims while the borrower is stopped (SIGSTOP), so the
@@ -300,15 +316,8 @@ fn a_lease_lost_without_a_copy_is_a_sigbus_with_a_reason_not_a_hang() {
 /// taken (its reclaim deadline is 1 s), and once the donor revoked the
 /// lease the job is continued. Its output when it ends; None if skipped.
 fn reclaim_while_stopped(name: &str, far_args: &[&str]) -> Option<Output> {
-    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        eprintln!("skipped: needs root and a cgroup v1 memory controller");
-        return None;
-    }
-    let id = std::process::id();
-    let cg = PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-late-{name}-{id}"));
-    std::fs::create_dir_all(&cg).unwrap();
-    let _rm = RmCgroup(cg.clone());
-    std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
+    let rm = donor_cgroup(&format!("late-{name}"))?;
+    let cg = rm.0.clone();
     let dir = tempfile::tempdir().unwrap();
     let extra = ["--memory", cg.to_str().unwrap(), "--reclaim-deadline-ms", "1000"];
     let (donor, borrower) = pair(dir.path(), &extra);
@@ -319,8 +328,7 @@ fn reclaim_while_stopped(name: &str, far_args: &[&str]) -> Option<Output> {
     std::thread::sleep(Duration::from_secs(1));
     assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
     let job = ContinueOnDrop(Some(job));
-    let script = format!("echo $$ > {}/cgroup.procs; exec python3 -c 'import time; b=bytearray(700<<20); time.sleep(60)'", cg.display());
-    let mut hog = KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
+    let mut hog = hog(&cg);
     wait("the donor to revoke the lease", 40, || donor.field("lent_bytes") == 0);
     assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
     let out = job.take().wait_with_output().unwrap();
@@ -370,15 +378,8 @@ fn a_lease_that_took_reclaimed_pages_keeps_an_ssd_copy() {
 }
 
 fn reclaim_to_another_donor(name: &str, far_extra: &[&str], kill_second: bool) {
-    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        eprintln!("skipped: needs root and a cgroup v1 memory controller");
-        return;
-    }
-    let id = std::process::id();
-    let cg = PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-{name}-{id}"));
-    std::fs::create_dir_all(&cg).unwrap();
-    let _rm = RmCgroup(cg.clone());
-    std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
+    let Some(rm) = donor_cgroup(name) else { return };
+    let cg = rm.0.clone();
     let dir = tempfile::tempdir().unwrap();
     let (c1, c2, c3) = (free_udp(), free_udp(), free_udp());
     let first = Node::start(
@@ -407,8 +408,7 @@ fn reclaim_to_another_donor(name: &str, far_extra: &[&str], kill_second: bool) {
         &["--insecure", "--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"],
     );
     wait("the second donor to offer", 20, || second.field("available_bytes") >= 128 << 20);
-    let script = format!("echo $$ > {}/cgroup.procs; exec python3 -c 'import time; b=bytearray(700<<20); time.sleep(60)'", cg.display());
-    let mut hog = KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
+    let mut hog = hog(&cg);
     wait("the pages to reach the second donor", 40, || {
         first.field("lent_bytes") == 0 && second.field("lent_bytes") >= 128 << 20
     });
@@ -529,6 +529,27 @@ impl Drop for KillOnDrop {
 }
 
 /// Removes a test cgroup on every exit path (after moving stragglers out).
+/// A cgroup of 1 GiB whose use a donor watches (`--memory`); removed on
+/// every exit path. None (the test skips) without root or cgroup v1.
+fn donor_cgroup(name: &str) -> Option<RmCgroup> {
+    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        eprintln!("skipped: needs root and a cgroup v1 memory controller");
+        return None;
+    }
+    let id = std::process::id();
+    let cg = PathBuf::from(format!("/sys/fs/cgroup/memory/memlend-test-{name}-{id}"));
+    std::fs::create_dir_all(&cg).unwrap();
+    let rm = RmCgroup(cg.clone());
+    std::fs::write(cg.join("memory.limit_in_bytes"), "1073741824").unwrap();
+    Some(rm)
+}
+
+/// 700 MiB of the donor's own use, in its cgroup: it must reclaim.
+fn hog(cg: &Path) -> KillOnDrop {
+    let script = format!("echo $$ > {}/cgroup.procs; exec python3 -c 'import time; b=bytearray(700<<20); time.sleep(60)'", cg.display());
+    KillOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap())
+}
+
 struct RmCgroup(PathBuf);
 
 impl Drop for RmCgroup {
@@ -675,6 +696,8 @@ fn the_local_api_refuses_bad_asks_and_serves_on() {
     assert!(lease["lease"].is_u64(), "{lease}");
     let (mut r2, mut w2) = open();
     writeln!(w2, r#"{{"want":{{"bytes":18446744073709551615}}}}"#).unwrap();
+    assert!(line(&mut r2)["error"]["message"].as_str().unwrap().contains("over the limit"));
+    writeln!(w2, r#"{{"home":{{"bytes":18446744073709551615}}}}"#).unwrap();
     assert!(line(&mut r2)["error"]["message"].as_str().unwrap().contains("over the limit"));
     writeln!(w2, r#"{{"release":{{"donor":{},"lease":{}}}}}"#, lease["donor"], lease["lease"])
         .unwrap();

@@ -172,9 +172,13 @@ impl Ear {
         };
         let (store, name) = home_store(Some(&dir), pages).map_err(|e| format!("{why}; {e:#}"))?;
         tracing::warn!(segment, %why, to = %name, "a segment goes home: no lease");
-        let m = member(None, &name, store);
+        let mut m = member(None, &name, store);
+        // Under `--redundancy ssd` no SSD copy sits above it: a lease would
+        // be its only home, so it stays on the SSD.
+        m.may_return = !self.backed;
         let store = Arc::clone(&m.stats) as Arc<dyn PageStore>;
         self.members.push(m);
+        self.homecoming.soon();
         self.last_pages.push(0);
         Ok(store)
     }

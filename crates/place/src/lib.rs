@@ -9,6 +9,7 @@
 mod donors;
 pub mod env;
 pub mod grow;
+mod homecoming;
 mod leases;
 pub mod pool;
 mod reclaim;

@@ -30,6 +30,8 @@ pub struct Member {
     pub pages: u64,
     pub reloc: Arc<Relocatable>,
     pub stats: Arc<Stats<Arc<Relocatable>>>,
+    /// At home, it may go back to a lease (`homecoming.rs`).
+    pub may_return: bool,
 }
 
 pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
@@ -126,7 +128,7 @@ pub fn member(lease: Option<(u64, u64)>, donor_name: &str, store: Arc<dyn PageSt
     let pages = store.info().pages;
     let reloc = Arc::new(Relocatable::new(store));
     let stats = Arc::new(Stats::new(Arc::clone(&reloc)));
-    Member { lease, donor_name: donor_name.to_string(), pages, reloc, stats }
+    Member { lease, donor_name: donor_name.to_string(), pages, reloc, stats, may_return: true }
 }
 
 /// Ask for `bytes`; collect leases until they cover it or `timeout` passes.

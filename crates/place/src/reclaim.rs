@@ -5,6 +5,7 @@
 //! keeps every page readable and every write kept while pages move.
 
 use crate::grow::Grow;
+use crate::homecoming::Homecoming;
 use crate::pool::Member;
 use crate::Copies;
 use anyhow::Result;
@@ -52,6 +53,8 @@ pub(crate) struct Ear {
     pub(crate) segments: Vec<Option<Arc<dyn PageStore>>>,
     /// Where the mirrors of leases added later are counted.
     pub(crate) copies: Copies,
+    /// When pages at home next ask for a lease.
+    pub(crate) homecoming: Homecoming,
 }
 
 /// How `pool::open` hands the region to its lease thread.
@@ -95,6 +98,7 @@ pub fn spawn(
         backed: h.backed,
         segments,
         copies: h.copies,
+        homecoming: Homecoming::new(),
     };
     std::thread::Builder::new().name("memlend-pool".into()).spawn(move || ear.run())?;
     Ok(())
@@ -144,6 +148,8 @@ impl Ear {
                 next_report = Instant::now() + ACTIVITY_EVERY;
                 self.report_activity();
             }
+            self.report_home();
+            self.bring_back();
         }
     }
 
@@ -154,6 +160,13 @@ impl Ear {
                 tracing::warn!(donor, lease, %why, "a lease was lost: its pages are read from their SSD copy");
             }
             Tell::Lost { donor, lease, why } => self.lost(donor, lease, &why),
+            // A grant that came after its ask stopped waiting (the daemon
+            // retries for a few seconds): nobody will use it, so give it
+            // back rather than hold the donor's memory until the exit.
+            Tell::Lease(g) => {
+                tracing::info!(lease = g.lease, from = %g.donor_name, "a late grant, given back");
+                let _ = self.client.ask(&Ask::Release { donor: g.donor, lease: g.lease });
+            }
             _ => {}
         }
     }
@@ -196,6 +209,9 @@ impl Ear {
                 let m = &mut self.members[i];
                 m.lease = new_lease;
                 m.donor_name = to.clone();
+                if new_lease.is_none() {
+                    self.homecoming.soon();
+                }
                 let ms = start.elapsed().as_millis();
                 tracing::info!(%from, %to, pages, ms, "moved a reclaimed lease");
                 eprintln!(
@@ -229,6 +245,7 @@ impl Ear {
         match stand_in.and_then(|l| Ok(m.reloc.replace(Arc::new(l))?)) {
             Ok(_gone) => {
                 m.lease = None;
+                m.may_return = false;
                 eprintln!("memlend: {why}: reading one of its {} pages now raises SIGBUS", m.pages);
             }
             Err(e) => tracing::error!(error = %e, "cannot stand in for a lost lease"),
@@ -261,3 +278,7 @@ pub(crate) fn home_store(dir: Option<&Path>, pages: u64) -> Result<(Arc<dyn Page
     let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, RamOptions::default())?);
     Ok((s, "home (RAM)".into()))
 }
+
+#[cfg(test)]
+#[path = "reclaim_tests.rs"]
+mod tests;

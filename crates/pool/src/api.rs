@@ -30,6 +30,10 @@ pub enum Ask {
     Activity { donor: NodeId, lease: LeaseId, pages_per_s: u32 },
     /// The cluster as this daemon sees it: answered by one `Status` line.
     Status,
+    /// Bytes of this process's far memory that sit at home (the SSD or its
+    /// own RAM) and would go to a lease: demand, like an unmet `Want`, for
+    /// as long as it lasts. Each report replaces the last; no answer.
+    Home { bytes: u64 },
 }
 
 /// A lease as a process uses it: where to connect and as whom.

@@ -34,6 +34,8 @@ pub struct Control {
     pub timeline: Option<Timeline>,
     pub shutdown: Shutdown,
     pub clients: HashMap<u64, UnixStream>,
+    /// Each process's far memory at home (`Ask::Home`), counted as demand.
+    pub home_bytes: HashMap<u64, u64>,
     pub start: Instant,
     pub next_sample_us: u64,
 }
@@ -80,7 +82,8 @@ impl Control {
         let lent = self.engine.lent_bytes();
         // Borrowed or still wanted: either way this node's processes need
         // memory it does not have, which makes it a client.
-        let demand = self.engine.unmet_demand_bytes() + self.engine.borrowed_bytes();
+        let home: u64 = self.home_bytes.values().sum();
+        let demand = self.engine.unmet_demand_bytes() + self.engine.borrowed_bytes() + home;
         match self.sense.sample(now / MS, lent, demand) {
             Ok(status) => self.engine.set_status(now, status),
             Err(e) => tracing::warn!(error = %e, "cannot read memory use"),
@@ -99,6 +102,7 @@ impl Control {
             }
             Cmd::Closed { owner } => {
                 self.clients.remove(&owner);
+                self.home_bytes.remove(&owner);
                 self.engine.drop_owner(now, owner);
             }
             Cmd::Ask { owner, ask } => self.ask(now, owner, ask),
@@ -122,6 +126,17 @@ impl Control {
             }
             Ask::Activity { donor, lease, pages_per_s } => {
                 self.engine.set_activity(owner, donor, lease, pages_per_s)
+            }
+            Ask::Home { bytes } if bytes > MAX_WANT_BYTES => {
+                let message =
+                    format!("{bytes} bytes at home is over the limit of {MAX_WANT_BYTES}");
+                self.tell(owner, &Tell::Error { message });
+            }
+            Ask::Home { bytes: 0 } => {
+                self.home_bytes.remove(&owner);
+            }
+            Ask::Home { bytes } => {
+                self.home_bytes.insert(owner, bytes);
             }
             Ask::Status => {
                 let s = super::status::snapshot(&self.engine, &self.transport.stats);

@@ -87,6 +87,7 @@ pub fn start(
         timeline,
         shutdown: shutdown.clone(),
         clients: Default::default(),
+        home_bytes: Default::default(),
         start: Instant::now(),
         next_sample_us: 0,
     };
