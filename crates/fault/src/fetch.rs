@@ -31,17 +31,29 @@ pub(crate) struct Fetch {
 }
 
 pub(crate) struct Fetcher {
+    /// One reader per window in flight; window `n` goes to reader `n % MAX_IN_FLIGHT`.
+    readers: Vec<Reader>,
+    /// The pages of each window in flight (sorted) and its reader, oldest
+    /// first; each reader answers its windows in order, so the oldest
+    /// window is the next answer of its reader.
+    in_flight: VecDeque<(usize, Vec<u32>)>,
+    /// The reader of the next window.
+    next: usize,
+}
+
+/// A reader thread. One per window in flight, not one for all: a single
+/// thread sent the next window's request only after it had received and
+/// decrypted the last, so the donor sat idle while the borrower decrypted,
+/// and the handler waited on nearly every window of a sequential scan.
+struct Reader {
     /// `None` once shut down.
     jobs: Option<SyncSender<Fetch>>,
     done: Receiver<Fetch>,
     thread: Option<JoinHandle<()>>,
-    /// The pages of each window in flight (sorted), oldest first; the
-    /// thread answers them in this order.
-    in_flight: VecDeque<Vec<u32>>,
 }
 
-impl Fetcher {
-    pub(crate) fn start(store: Arc<dyn PageStore>) -> std::io::Result<Fetcher> {
+impl Reader {
+    fn start(store: Arc<dyn PageStore>) -> std::io::Result<Reader> {
         // The channels never hold more than the jobs in flight.
         let (jobs, job_rx) = sync_channel::<Fetch>(MAX_IN_FLIGHT);
         let (done_tx, done) = sync_channel::<Fetch>(MAX_IN_FLIGHT);
@@ -53,12 +65,35 @@ impl Fetcher {
                 }
             }
         })?;
+        Ok(Reader { jobs: Some(jobs), done, thread: Some(thread) })
+    }
+}
+
+impl Drop for Reader {
+    /// Close the queue and join the thread; it ends after the read in hand.
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Fetcher {
+    pub(crate) fn start(store: Arc<dyn PageStore>) -> std::io::Result<Fetcher> {
+        let readers = (0..MAX_IN_FLIGHT)
+            .map(|_| Reader::start(Arc::clone(&store)))
+            .collect::<std::io::Result<Vec<_>>>()?;
         let in_flight = VecDeque::with_capacity(MAX_IN_FLIGHT);
-        Ok(Fetcher { jobs: Some(jobs), done, thread: Some(thread), in_flight })
+        Ok(Fetcher { readers, in_flight, next: 0 })
     }
 
     pub(crate) fn busy(&self) -> bool {
         !self.in_flight.is_empty()
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     pub(crate) fn full(&self) -> bool {
@@ -67,26 +102,26 @@ impl Fetcher {
 
     /// Whether `page` is in a window in flight.
     pub(crate) fn holds(&self, page: u32) -> bool {
-        self.in_flight.iter().any(|pages| pages.binary_search(&page).is_ok())
+        self.in_flight.iter().any(|(_, pages)| pages.binary_search(&page).is_ok())
     }
 
     /// Start reading `pages` (sorted, non-empty) into `buf`.
     pub(crate) fn send(&mut self, pages: Vec<u32>, buf: PageBuf) {
         assert!(!self.full(), "at most MAX_IN_FLIGHT windows in flight");
         debug_assert!(pages.is_sorted());
-        self.in_flight.push_back(pages.clone());
-        let jobs = self.jobs.as_ref().expect("the fetcher runs while the handler does");
-        // Never blocks (one job at most); fails only if the thread died,
-        // which `wait` then reports.
+        let reader = self.next;
+        self.next = (self.next + 1) % MAX_IN_FLIGHT;
+        self.in_flight.push_back((reader, pages.clone()));
+        let jobs = self.readers[reader].jobs.as_ref().expect("readers run while the handler does");
+        // Never blocks (its channel holds every window in flight); fails
+        // only if the thread died, which `wait` then reports.
         let _ = jobs.send(Fetch { pages, buf, result: Ok(()) });
     }
 
     /// The oldest window, if it is read, without waiting.
     pub(crate) fn try_done(&mut self) -> Option<Fetch> {
-        if !self.busy() {
-            return None;
-        }
-        match self.done.try_recv() {
+        let &(reader, _) = self.in_flight.front()?;
+        match self.readers[reader].done.try_recv() {
             Ok(fetch) => Some(self.finished(fetch)),
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
         }
@@ -94,27 +129,16 @@ impl Fetcher {
 
     /// Wait for the oldest window in flight; None if there is none.
     pub(crate) fn wait(&mut self) -> Option<Fetch> {
-        if !self.busy() {
-            return None;
-        }
-        let fetch = self.done.recv().expect("the fetch thread never exits while a job waits");
+        let &(reader, _) = self.in_flight.front()?;
+        let done = &self.readers[reader].done;
+        let fetch = done.recv().expect("a reader never exits while a job waits");
         Some(self.finished(fetch))
     }
 
     fn finished(&mut self, fetch: Fetch) -> Fetch {
-        let pages = self.in_flight.pop_front();
-        debug_assert_eq!(pages.as_ref(), Some(&fetch.pages), "answered in order");
+        let (_, pages) = self.in_flight.pop_front().expect("a window was in flight");
+        debug_assert_eq!(pages, fetch.pages, "answered in order");
         fetch
-    }
-}
-
-impl Drop for Fetcher {
-    /// Close the queue and join the thread; it ends after the read in hand.
-    fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -49,11 +49,15 @@ impl Handler {
         u32::try_from(page).ok().filter(|&p| p < self.pages)
     }
 
-    /// Of the pages along `stride` after `page`, have the next `pages` in
-    /// the store that are not in flight yet read on the fetch thread
-    /// (`fetch.rs`), looking up to `REACH_WINDOWS` windows ahead, and zero-fill the
-    /// untouched ones of the first window (mapped ones are there already).
-    /// Room for them is made while the read is in flight.
+    /// Of the pages along `stride` after `page`, have those in the store
+    /// that are not in flight yet read on the fetch threads (`fetch.rs`), a
+    /// window of `pages` per read, until `MAX_IN_FLIGHT` windows are in
+    /// flight (looking `REACH_WINDOWS` ahead); and zero-fill the untouched ones of the first window (mapped
+    /// ones are there already). Room for them is made while the reads are
+    /// in flight. Keeping the windows in flight, not one window per marker
+    /// fault, is what lets the donor send the next window while this side
+    /// decrypts and maps the last: with one, a sequential scan waited on
+    /// the read of nearly every window.
     fn prefetch(&mut self, page: u32, stride: i64, pages: usize) {
         if self.fetcher.full() {
             self.finish_oldest_fetch();
@@ -62,31 +66,23 @@ impl Handler {
         let mut empty = std::mem::take(&mut self.zero_ahead_pages);
         wanted.clear();
         empty.clear();
+        let free_windows = MAX_IN_FLIGHT - self.fetcher.in_flight();
+        let most = (free_windows * pages).min(self.mapped_budget());
         for step in 1..=(REACH_WINDOWS * pages) as i64 {
             let Some(p) = self.page_at(i64::from(page) + step * stride) else { break };
             match self.table.get(p) {
-                PageState::InStore if wanted.len() < pages && !self.fetcher.holds(p) => {
+                PageState::InStore if wanted.len() < most && !self.fetcher.holds(p) => {
                     wanted.push(p)
                 }
                 PageState::Empty if self.zero_ahead && step <= pages as i64 => empty.push(p),
                 _ => {}
             }
         }
-        wanted.truncate(self.mapped_budget());
-        wanted.sort_unstable();
-        if wanted.len() >= MARKER_MIN_PAGES {
-            // The marker: left in the store, so the stream faults on it
-            // halfway through, and asks for the next window then.
-            wanted.remove(wanted.len() / 2);
+        let mut fetching = 0;
+        for window in wanted.chunks(pages.max(1)) {
+            fetching += self.send_window(window);
         }
-        let fetching = wanted.len();
-        if fetching > 0 {
-            let buf = self.spare_bufs.pop().expect("one buffer per window in flight");
-            self.fetcher.send(wanted, buf);
-            Counters::add(&self.counters.prefetch_reads, 1);
-        } else {
-            self.prefetch_pages = wanted;
-        }
+        self.prefetch_pages = wanted;
         // Zero pages are a guess. While the pages held fit the budget they
         // may not push it over: that would evict real pages for ones the
         // program may never touch (a scan's window reaching past its data).
@@ -99,6 +95,23 @@ impl Handler {
         empty.sort_unstable();
         self.zero_fill_ahead(&empty);
         self.zero_ahead_pages = empty;
+    }
+
+    /// Have `window` (pages in stride order) read on a fetch thread; how
+    /// many pages went.
+    fn send_window(&mut self, window: &[u32]) -> usize {
+        let mut pages = window.to_vec();
+        pages.sort_unstable();
+        if pages.len() >= MARKER_MIN_PAGES {
+            // The marker: left in the store, so the stream faults on it
+            // halfway through, and asks for the next window then.
+            pages.remove(pages.len() / 2);
+        }
+        let count = pages.len();
+        let buf = self.spare_bufs.pop().expect("one buffer per window in flight");
+        self.fetcher.send(pages, buf);
+        Counters::add(&self.counters.prefetch_reads, 1);
+        count
     }
 
     /// Map every window in flight once it is read (waiting for them).

@@ -13,10 +13,12 @@ const HISTORY: usize = 8;
 const MIN_DELTAS: usize = 2;
 /// Window of the first prefetch on a new trend, in pages.
 pub const FIRST_WINDOW_PAGES: usize = 8;
-/// Prefetch reads up to this many windows ahead of the fault, one window
-/// per read (`fetch.rs` has as many in flight), so that the store reads
-/// the next window while the handler maps the last.
-pub const REACH_WINDOWS: usize = 2;
+/// Prefetch looks this many windows ahead of the fault for pages to read,
+/// one window per read, with up to `fetch::MAX_IN_FLIGHT` (2) in flight,
+/// so that the store reads the next window while the handler maps the
+/// last. One more than in flight: the marker fault that asks is halfway
+/// through its window, so two whole windows reach three from it.
+pub const REACH_WINDOWS: usize = 3;
 
 /// The pages a prefetch may cover: `first + i * stride` for `i < count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
