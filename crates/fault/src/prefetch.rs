@@ -218,19 +218,33 @@ impl Handler {
         count.min(self.mapped_budget().saturating_sub(self.table.resident()))
     }
 
-    /// Map the pages read into `buf`, one UFFDIO_COPY per run, all
-    /// write-protected (`Clean`) or all writable (`Dirty`). Stops at the
-    /// first refusal (EAGAIN while an event is queued): pages not mapped
-    /// stay `InStore`.
+    /// Map the pages read into `buf`, one UFFDIO_COPY per run: the first
+    /// few write-protected (`Clean`), as `intent.rs` says, the rest
+    /// writable (`Dirty`). Stops at the first refusal (EAGAIN while an
+    /// event is queued): pages not mapped stay `InStore`.
     fn map_prefetched(&mut self, pages: &[u32], buf: &[u8]) {
-        let writable = self.intent.map_writable();
-        let now = if writable { PageState::Dirty } else { PageState::Clean };
+        let clean = self.intent.window_clean_pages(pages.len());
+        let (head, tail) = buf.split_at(clean * PAGE_SIZE);
+        let mut mapped = self.map_runs(&pages[..clean], head, PageState::Clean);
+        if mapped == clean {
+            let writable = self.map_runs(&pages[clean..], tail, PageState::Dirty);
+            Counters::add(&self.counters.store_pages_mapped_writable, writable as u64);
+            mapped += writable;
+        }
+        Counters::add(&self.counters.pages_prefetched, mapped as u64);
+        self.publish_resident();
+    }
+
+    /// Map `pages` (sorted) from `buf`, one UFFDIO_COPY per run, in state
+    /// `now`; how many were mapped before the first refusal.
+    fn map_runs(&mut self, pages: &[u32], buf: &[u8], now: PageState) -> usize {
         let mut offset = 0;
         let mut mapped = 0;
         for run in runs(pages) {
             let bytes = &buf[offset..offset + run.len() * PAGE_SIZE];
             offset += bytes.len();
-            let (copied, result) = self.uffd.copy_run(self.page_addr(run[0]), bytes, !writable);
+            let protect = now == PageState::Clean;
+            let (copied, result) = self.uffd.copy_run(self.page_addr(run[0]), bytes, protect);
             for &page in &run[..copied / PAGE_SIZE] {
                 self.table.map_prefetched(page, now);
                 mapped += 1;
@@ -240,10 +254,7 @@ impl Handler {
                 break;
             }
         }
-        Counters::add(&self.counters.pages_prefetched, mapped);
-        let writable_pages = if writable { mapped } else { 0 };
-        Counters::add(&self.counters.store_pages_mapped_writable, writable_pages);
-        self.publish_resident();
+        mapped
     }
 
     /// Map zeroed pages over `pages` (sorted, all `Empty`), one COPY per
