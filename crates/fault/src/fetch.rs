@@ -1,11 +1,11 @@
-//! Prefetch reads on their own thread. The handler hands over one window's
-//! pages and goes on (making room for them, serving faults) while this
+//! Prefetch reads on their own threads. The handler hands over one window's
+//! pages and goes on (making room for them, serving faults) while a reader
 //! thread reads them from the store; the handler maps them when the read is
 //! done. Before, the handler itself waited for every window's read, and a
 //! sequential scan left a core idle a quarter of the time.
 //!
-//! Two windows may be in flight, so that the store reads the next while the
-//! handler maps the last. Their pages stay `InStore` until mapped,
+//! Up to `MAX_IN_FLIGHT` windows may be in flight, so that the store reads
+//! the next ones while the handler maps the last. Their pages stay `InStore` until mapped,
 //! and nothing may change them meanwhile, or the read could bring back
 //! bytes that are no longer theirs. The handler keeps that promise by
 //! finishing the fetch (waiting for it and mapping it) before anything that
@@ -20,8 +20,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// One window: sorted pages and, once read, their bytes in that order.
-/// Windows in flight at most.
-pub(crate) const MAX_IN_FLIGHT: usize = 2;
+/// Windows in flight at most, each with its reader thread, connection and
+/// 2 MiB buffer. A sequential scan, 1 GiB with 257 MiB local over a
+/// loopback donor, interleaved runs: 293-307 K pages/s with 2, 311-337 K
+/// with 3.
+pub(crate) const MAX_IN_FLIGHT: usize = 3;
 
 pub(crate) struct Fetch {
     pub pages: Vec<u32>,

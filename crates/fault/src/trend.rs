@@ -14,11 +14,11 @@ const MIN_DELTAS: usize = 2;
 /// Window of the first prefetch on a new trend, in pages.
 pub const FIRST_WINDOW_PAGES: usize = 8;
 /// Prefetch looks this many windows ahead of the fault for pages to read,
-/// one window per read, with up to `fetch::MAX_IN_FLIGHT` (2) in flight,
-/// so that the store reads the next window while the handler maps the
+/// one window per read, with up to `fetch::MAX_IN_FLIGHT` (3) in flight,
+/// so that the store reads the next windows while the handler maps the
 /// last. One more than in flight: the marker fault that asks is halfway
-/// through its window, so two whole windows reach three from it.
-pub const REACH_WINDOWS: usize = 3;
+/// through its window, so three whole windows reach four from it.
+pub const REACH_WINDOWS: usize = 4;
 
 /// The pages a prefetch may cover: `first + i * stride` for `i < count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
