@@ -7,6 +7,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential pkg-config libclang-dev   # Rust crates with C parts
   fio nbdkit libnbd-bin qemu-utils          # real NBD peers and clients
+  openssl                                   # certificates for the NBD TLS tests
   python3 python3-matplotlib python3-numpy  # benchmark tables and plots
   iproute2 iptables procps psmisc           # lab networking (and loss injection), process tools
   redis-server redis-tools                  # an unmodified program under memlend run

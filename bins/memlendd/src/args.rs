@@ -16,10 +16,25 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:7070", value_name = "ADDR")]
     pub listen: SocketAddr,
 
-    /// Also serve NBD exports on this address. NBD has no authentication,
-    /// so an address off loopback needs --nbd-allow.
+    /// Also serve NBD exports on this address. Plain NBD has no
+    /// authentication, so an address off loopback needs --nbd-allow, or TLS
+    /// with client certificates (--nbd-tls-client-ca).
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<SocketAddr>,
+
+    /// Require TLS (NBD STARTTLS) of every NBD client, showing this
+    /// certificate chain (PEM). Needs --nbd-tls-key.
+    #[arg(long, value_name = "FILE", requires = "nbd_tls_key")]
+    pub nbd_tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --nbd-tls-cert.
+    #[arg(long, value_name = "FILE", requires = "nbd_tls_cert")]
+    pub nbd_tls_key: Option<PathBuf>,
+
+    /// With TLS, also require a client certificate issued by this CA (PEM):
+    /// mutual authentication.
+    #[arg(long, value_name = "FILE", requires = "nbd_tls_cert")]
+    pub nbd_tls_client_ca: Option<PathBuf>,
 
     /// Clients allowed to use the NBD exports, as address blocks
     /// (`10.0.0.0/24`, `192.168.1.5`); repeatable. Others are closed at

@@ -172,6 +172,16 @@ fn wait_for_signal() -> Result<()> {
     Ok(())
 }
 
+/// The NBD TLS configuration the flags name, loaded now so that a bad file
+/// stops the daemon at start.
+fn nbd_tls(args: &Args) -> Result<Option<nbd::Tls>> {
+    let (Some(cert), Some(key)) = (&args.nbd_tls_cert, &args.nbd_tls_key) else {
+        return Ok(None);
+    };
+    let ca = args.nbd_tls_client_ca.as_deref();
+    Ok(Some(nbd::Tls::from_pem_files(cert, key, ca)?))
+}
+
 /// Serve the NBD exports, each a RAM store carved out of the lent budget.
 pub fn start_nbd(
     addr: std::net::SocketAddr,
@@ -186,13 +196,16 @@ pub fn start_nbd(
         let about = format!("memlend RAM export of {}", human(pages * PAGE_SIZE as u64));
         list.push(nbd::Export::new(name.clone(), store).description(about));
     }
-    if !addr.ip().is_loopback() && args.nbd_allow.is_empty() {
-        bail!("--nbd {addr} is off loopback and NBD has no authentication: name the clients with --nbd-allow CIDR");
+    let tls = nbd_tls(args)?;
+    let clients_verified = tls.as_ref().is_some_and(|t| t.verifies_clients());
+    if !addr.ip().is_loopback() && args.nbd_allow.is_empty() && !clients_verified {
+        bail!("--nbd {addr} is off loopback and plain NBD has no authentication: name the clients with --nbd-allow CIDR, or require client certificates with --nbd-tls-client-ca");
     }
     let cfg = nbd::NbdConfig {
         max_connections: args.max_nbd_connections,
         spin_before_sleep_us: args.nbd_spin_us,
         allow: args.nbd_allow.clone(),
+        tls,
         ..Default::default()
     };
     let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;

@@ -102,6 +102,21 @@ fn refuses_nbd_off_loopback_without_an_allowlist() {
 }
 
 #[test]
+fn refuses_unreadable_nbd_tls_files_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, "not a certificate\n").unwrap();
+    std::fs::write(&key, "not a key\n").unwrap();
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let nbd = ["--lend", "16M", "--insecure", "--nbd", "127.0.0.1:0"];
+    let err = refusal(&[&nbd[..], &["--nbd-tls-cert", cert, "--nbd-tls-key", key]].concat());
+    assert!(err.contains("cert.pem"), "{err}");
+    let err = refusal(&[&nbd[..], &["--nbd-tls-cert", cert]].concat());
+    assert!(err.contains("--nbd-tls-key"), "a certificate without its key: {err}");
+}
+
+#[test]
 fn serves_pages_and_stops_cleanly_on_sigterm() {
     let addr = free_addr();
     let mut reaped = Reaped(

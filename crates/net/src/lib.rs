@@ -6,15 +6,20 @@ pub use spin::AdaptiveSpin;
 
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 /// Receive into `buf` without blocking: `Ok(None)` if nothing is there yet,
 /// `Ok(Some(0))` at end of stream.
-pub fn recv_nowait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>> {
+pub fn recv_nowait(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     // SAFETY: `buf` is writable memory of `buf.len()` bytes for the whole
     // call, and the descriptor belongs to `stream`, which outlives the call.
     let n = unsafe {
-        libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
+        libc::recv(
+            stream.as_fd().as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
     };
     if n >= 0 {
         return Ok(Some(n as usize));
@@ -29,11 +34,16 @@ pub fn recv_nowait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<Option<usiz
 /// Block until `buf` is full, the stream ends or a signal arrives
 /// (`MSG_WAITALL`): one call for the rest of a large payload, instead of one
 /// per piece as it arrives.
-pub fn recv_waitall(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+pub fn recv_waitall(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         // SAFETY: as in `recv_nowait`.
         let n = unsafe {
-            libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_WAITALL)
+            libc::recv(
+                stream.as_fd().as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_WAITALL,
+            )
         };
         if n >= 0 {
             return Ok(n as usize);
@@ -52,7 +62,7 @@ pub fn recv_waitall(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 /// (or anything else) sharing this core run: on two cores a plain spin loses
 /// more than it gains once there are two clients.
 pub fn recv_spinning(
-    stream: &TcpStream,
+    stream: &impl AsFd,
     buf: &mut [u8],
     spin: std::time::Duration,
 ) -> io::Result<Option<usize>> {

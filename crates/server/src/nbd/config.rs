@@ -47,6 +47,8 @@ pub struct NbdConfig {
     /// Client addresses allowed to connect; empty: all. Others are closed
     /// at accept, before a byte is read.
     pub allow: Vec<super::allow::Cidr>,
+    /// TLS, required of every client when set (NBD_OPT_STARTTLS).
+    pub tls: Option<super::tls::Tls>,
 }
 
 impl Default for NbdConfig {
@@ -66,6 +68,7 @@ impl Default for NbdConfig {
             workers_per_connection: 4,
             max_inflight_requests: 64,
             allow: Vec::new(),
+            tls: None,
         }
     }
 }

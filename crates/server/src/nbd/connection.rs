@@ -3,11 +3,16 @@
 //! logged with the peer and ends this connection only.
 
 use super::error::ConnError;
-use super::handshake::{negotiate, Negotiated};
+use super::handshake::{haggle, negotiate, Haggle, Negotiated};
 use super::server::Server;
+use super::session::Session;
+use super::tls_pump;
 use super::transmission::{serve_inline, End};
+use super::wire::Wire;
 use super::workers::serve_pooled;
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::thread;
 use std::time::Duration;
 
 pub(crate) fn handle(stream: TcpStream, peer: SocketAddr, server: &Server) {
@@ -29,22 +34,70 @@ fn serve(stream: &TcpStream, peer: SocketAddr, server: &Server) -> Result<Option
         .then(|| Duration::from_millis(server.cfg.handshake_timeout_ms));
     stream.set_read_timeout(timeout)?;
     stream.set_write_timeout(timeout)?;
-    let negotiated = negotiate(&mut { stream }, server, peer);
-    let session = match negotiated.map_err(|e| e.in_handshake(server.cfg.handshake_timeout_ms))? {
+    let in_handshake = |e: ConnError| e.in_handshake(server.cfg.handshake_timeout_ms);
+    let session = match negotiate(&mut { stream }, server, peer).map_err(in_handshake)? {
         Negotiated::Aborted => return Ok(None),
         Negotiated::Transmit(s) => s,
+        Negotiated::StartTls(h) => return serve_tls(stream, peer, server, h),
     };
     // Transmission may idle for as long as the client likes.
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(None)?;
-    let export = &session.export;
-    tracing::info!(%peer, export = %export.name, structured = session.structured,
-        fast = export.caps.fast, "nbd client entered transmission");
-    let cfg = &server.cfg;
-    let end = if export.caps.fast {
-        serve_inline(stream, &session, cfg)
-    } else {
-        serve_pooled(stream, &session, cfg)
+    transmit(stream, &session, server, false).map(Some)
+}
+
+/// After STARTTLS: the TLS handshake, the rest of the options inside it,
+/// then transmission through the relay thread (`tls_pump.rs`).
+fn serve_tls(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    server: &Server,
+    h: Haggle,
+) -> Result<Option<End>, ConnError> {
+    let in_handshake = |e: ConnError| e.in_handshake(server.cfg.handshake_timeout_ms);
+    let tls = server.cfg.tls.as_ref().expect("STARTTLS is acknowledged only with TLS on");
+    let mut conn = tls.accept(stream).map_err(|e| in_handshake(e.into()))?;
+    let negotiated = haggle(&mut rustls::Stream::new(&mut conn, &mut { stream }), server, peer, h);
+    let session = match negotiated.map_err(in_handshake)? {
+        Negotiated::Transmit(s) => s,
+        Negotiated::Aborted => {
+            conn.send_close_notify();
+            let _ = conn.write_tls(&mut { stream });
+            return Ok(None);
+        }
+        Negotiated::StartTls(_) => unreachable!("a second STARTTLS is refused"),
     };
+    stream.set_read_timeout(None)?;
+    stream.set_write_timeout(None)?;
+    let (plain, relayed) = UnixStream::pair()?;
+    let client = stream.try_clone()?;
+    let pump = thread::Builder::new()
+        .name("nbd-tls".into())
+        .spawn(move || tls_pump::relay(conn, client, relayed))?;
+    let end = transmit(&plain, &session, server, true);
+    // The relay ends when the plain side closes (after its close_notify).
+    plain.shutdown_both();
+    match pump.join() {
+        Ok(Err(e)) if end.is_ok() => return Err(e.into()),
+        Ok(_) => {}
+        Err(_) => tracing::error!(%peer, "nbd tls relay panicked"),
+    }
     end.map(Some)
+}
+
+fn transmit<W: Wire>(
+    stream: &W,
+    session: &Session,
+    server: &Server,
+    tls: bool,
+) -> Result<End, ConnError> {
+    let export = &session.export;
+    tracing::info!(peer = %session.peer, export = %export.name, structured = session.structured,
+        fast = export.caps.fast, tls, "nbd client entered transmission");
+    let cfg = &server.cfg;
+    if export.caps.fast {
+        serve_inline(stream, session, cfg)
+    } else {
+        serve_pooled(stream, session, cfg)
+    }
 }

@@ -20,6 +20,8 @@ pub enum ConnError {
     NotFixedNewstyle(u32),
     #[error("WRITE of {len_bytes} bytes exceeds {limit_bytes}, too large to skip")]
     OversizeWrite { len_bytes: u32, limit_bytes: u64 },
+    #[error("client asked for an export before STARTTLS, and this server requires TLS")]
+    TlsRequired,
     #[error("server is shutting down")]
     ShuttingDown,
     #[error("client closed the connection during the handshake")]

@@ -25,13 +25,26 @@ pub(crate) enum Negotiated {
     Transmit(Session),
     /// The client sent OPT_ABORT.
     Aborted,
+    /// STARTTLS was acknowledged: run the TLS handshake, then go on with
+    /// `haggle` inside it.
+    StartTls(Haggle),
+}
+
+/// Where the option haggling stands, carried across STARTTLS.
+pub(crate) struct Haggle {
+    flags: ClientFlags,
+    options_left: u32,
+    tls: bool,
 }
 
 struct State {
     flags: ClientFlags,
     structured: bool,
+    /// Options go over TLS now.
+    tls: bool,
 }
 
+/// Greet the client, read its flags, and haggle over options.
 pub(crate) fn negotiate<S: Read + Write>(
     io: &mut S,
     server: &Server,
@@ -42,12 +55,31 @@ pub(crate) fn negotiate<S: Read + Write>(
     let mut b = [0u8; CLIENT_FLAGS_LEN];
     io.read_exact(&mut b)?;
     let offered = client_flags::C_FIXED_NEWSTYLE | client_flags::C_NO_ZEROES;
-    let mut st = State { flags: ClientFlags::decode(&b, offered)?, structured: false };
-    for _ in 0..server.cfg.max_options_per_handshake {
-        let mut h = [0u8; OPT_HEADER_LEN];
-        io.read_exact(&mut h)?;
-        if let Some(done) = one_option(io, server, &mut st, OptHeader::decode(&h)?, peer)? {
-            return Ok(done);
+    let flags = ClientFlags::decode(&b, offered)?;
+    let options_left = server.cfg.max_options_per_handshake;
+    haggle(io, server, peer, Haggle { flags, options_left, tls: false })
+}
+
+/// Options until the client picks an export, aborts or starts TLS. The
+/// limit on options counts those before STARTTLS too. Nothing negotiated
+/// before TLS (structured replies) carries over, as the protocol asks.
+pub(crate) fn haggle<S: Read + Write>(
+    io: &mut S,
+    server: &Server,
+    peer: SocketAddr,
+    mut h: Haggle,
+) -> Result<Negotiated, ConnError> {
+    let mut st = State { flags: h.flags, structured: false, tls: h.tls };
+    while h.options_left > 0 {
+        h.options_left -= 1;
+        let mut b = [0u8; OPT_HEADER_LEN];
+        io.read_exact(&mut b)?;
+        match one_option(io, server, &mut st, OptHeader::decode(&b)?, peer)? {
+            Some(Negotiated::StartTls(_)) => {
+                return Ok(Negotiated::StartTls(Haggle { tls: true, ..h }));
+            }
+            Some(done) => return Ok(done),
+            None => {}
         }
     }
     Err(ConnError::TooManyOptions { limit: server.cfg.max_options_per_handshake })
@@ -102,12 +134,21 @@ fn answer(
         encode_opt_reply(out, option, rep::ERR_SHUTDOWN, b"server is shutting down");
         return Ok(None);
     }
+    let tls_first = server.cfg.tls.is_some() && !st.tls;
     match option {
-        opt::EXPORT_NAME => return export_name(out, server, st, data, peer).map(Some),
         opt::ABORT => {
             encode_opt_reply(out, option, rep::ACK, &[]);
             return Ok(Some(Negotiated::Aborted));
         }
+        opt::STARTTLS => return Ok(starttls(out, server, st, data)),
+        opt::EXPORT_NAME if tls_first => return Err(ConnError::TlsRequired),
+        _ if tls_first => encode_opt_reply(
+            out,
+            option,
+            rep::ERR_TLS_REQD,
+            b"this server requires TLS: send NBD_OPT_STARTTLS first",
+        ),
+        opt::EXPORT_NAME => return export_name(out, server, st, data, peer).map(Some),
         opt::LIST if data.is_empty() => list(out, server),
         opt::STRUCTURED_REPLY if data.is_empty() => {
             st.structured = true;
@@ -120,6 +161,27 @@ fn answer(
         _ => encode_opt_reply(out, option, rep::ERR_UNSUP, b"option not supported by memlend"),
     }
     Ok(None)
+}
+
+/// Acknowledge STARTTLS if TLS is configured and not on yet.
+fn starttls(out: &mut Vec<u8>, server: &Server, st: &State, data: &[u8]) -> Option<Negotiated> {
+    let refuse = |out: &mut Vec<u8>, code, why: &[u8]| {
+        encode_opt_reply(out, opt::STARTTLS, code, why);
+        None
+    };
+    if !data.is_empty() {
+        return refuse(out, rep::ERR_INVALID, b"this option takes no data");
+    }
+    if server.cfg.tls.is_none() {
+        return refuse(out, rep::ERR_UNSUP, b"TLS is not configured on this server");
+    }
+    if st.tls {
+        return refuse(out, rep::ERR_INVALID, b"TLS is already on");
+    }
+    encode_opt_reply(out, opt::STARTTLS, rep::ACK, &[]);
+    // The caller fills in where the haggling stands.
+    let placeholder = Haggle { flags: st.flags, options_left: 0, tls: true };
+    Some(Negotiated::StartTls(placeholder))
 }
 
 /// OPT_EXPORT_NAME has no error reply: an unknown name ends the connection.

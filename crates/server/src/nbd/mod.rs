@@ -19,13 +19,17 @@ mod framing;
 mod handshake;
 mod server;
 mod session;
+mod tls;
+mod tls_pump;
 mod transmission;
+mod wire;
 mod workers;
 
 pub use allow::Cidr;
 pub use config::NbdConfig;
 pub use error::ConnError;
 pub use export::Export;
+pub use tls::Tls;
 
 use crate::lifecycle::{accept_loop, Shutdown};
 use server::Server;

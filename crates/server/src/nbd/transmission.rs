@@ -8,11 +8,11 @@ use super::config::NbdConfig;
 use super::error::ConnError;
 use super::framing::{next_frame, Frame};
 use super::session::{Op, Session};
+use super::wire::{Wire, WireReader};
 use crate::out_buf::OutBuf;
 use memlend_net::{recv_spinning, recv_waitall};
 use memlend_wire::nbd::Errno;
-use std::io::{self, Write};
-use std::net::TcpStream;
+use std::io;
 use std::time::Duration;
 
 /// How a connection in transmission ended without an error.
@@ -48,8 +48,8 @@ pub(crate) trait Dispatch {
 
 /// The connection loop shared by the inline path and the worker pool.
 /// `spin` is how long to poll for more input before sleeping in a read.
-pub(crate) fn run(
-    stream: &TcpStream,
+pub(crate) fn run<W: Wire>(
+    stream: &W,
     s: &Session,
     cfg: &NbdConfig,
     spin: Duration,
@@ -74,7 +74,7 @@ pub(crate) fn run(
             // Idle: give back memory grown for large requests, then sleep.
             inbuf.shrink_if_empty();
             out.shrink_if_empty();
-            inbuf.read_from(&mut { stream })?
+            inbuf.read_from(&mut WireReader(stream))?
         };
         if got == 0 {
             return Ok(End::Closed { pending_bytes: inbuf.pending().len() });
@@ -85,7 +85,7 @@ pub(crate) fn run(
 /// Wait for the rest of a large frame in one blocking call. Spinning there
 /// would take it in many small pieces, and each poll contends for the socket
 /// lock with the sender's delivery of the next piece.
-fn receive_rest(inbuf: &mut InBuf, stream: &TcpStream) -> io::Result<usize> {
+fn receive_rest(inbuf: &mut InBuf, stream: &impl Wire) -> io::Result<usize> {
     let missing = inbuf.missing();
     let got = inbuf.fill(|b| {
         let n = b.len().min(missing);
@@ -97,7 +97,7 @@ fn receive_rest(inbuf: &mut InBuf, stream: &TcpStream) -> io::Result<usize> {
 /// Poll for input for up to `spin`; None if nothing came.
 fn receive_spinning(
     inbuf: &mut InBuf,
-    stream: &TcpStream,
+    stream: &impl Wire,
     spin: Duration,
 ) -> io::Result<Option<usize>> {
     inbuf.fill(|b| recv_spinning(stream, b, spin))
@@ -144,12 +144,12 @@ fn serve_buffered(
 
 /// Serve on the connection thread: for stores whose operations cost about
 /// a memcpy, a hand-off to another core would cost more than the work.
-struct Inline<'a> {
+struct Inline<'a, W: Wire> {
     session: &'a Session,
-    stream: &'a TcpStream,
+    stream: &'a W,
 }
 
-impl Dispatch for Inline<'_> {
+impl<W: Wire> Dispatch for Inline<'_, W> {
     fn dispatch(
         &mut self,
         cookie: u64,
@@ -162,13 +162,12 @@ impl Dispatch for Inline<'_> {
     }
 
     fn send(&mut self, out: &[u8]) -> io::Result<()> {
-        let mut w = self.stream;
-        w.write_all(out)
+        self.stream.write_all_bytes(out)
     }
 }
 
-pub(crate) fn serve_inline(
-    stream: &TcpStream,
+pub(crate) fn serve_inline<W: Wire>(
+    stream: &W,
     s: &Session,
     cfg: &NbdConfig,
 ) -> Result<End, ConnError> {

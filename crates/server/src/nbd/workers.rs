@@ -7,10 +7,10 @@ use super::config::NbdConfig;
 use super::error::ConnError;
 use super::session::{Op, Session};
 use super::transmission::{run, Dispatch, End};
+use super::wire::Wire;
 use crate::out_buf::OutBuf;
 use parking_lot::Mutex;
-use std::io::{self, Write};
-use std::net::{Shutdown as NetShutdown, TcpStream};
+use std::io;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread;
 use std::time::Duration;
@@ -22,25 +22,24 @@ struct Job {
 }
 
 /// One writer at a time on the socket, so replies never interleave.
-struct Replies<'a> {
-    stream: &'a TcpStream,
+struct Replies<'a, W: Wire> {
+    stream: &'a W,
     write_lock: Mutex<()>,
 }
 
-impl Replies<'_> {
+impl<W: Wire> Replies<'_, W> {
     fn send(&self, bytes: &[u8]) -> io::Result<()> {
         let _guard = self.write_lock.lock();
-        let mut w = self.stream;
-        w.write_all(bytes)
+        self.stream.write_all_bytes(bytes)
     }
 }
 
-struct Pooled<'a> {
+struct Pooled<'a, W: Wire> {
     jobs: SyncSender<Job>,
-    replies: &'a Replies<'a>,
+    replies: &'a Replies<'a, W>,
 }
 
-impl Dispatch for Pooled<'_> {
+impl<W: Wire> Dispatch for Pooled<'_, W> {
     fn dispatch(
         &mut self,
         cookie: u64,
@@ -63,8 +62,8 @@ impl Dispatch for Pooled<'_> {
 
 /// Serve requests through `cfg.workers_per_connection` threads. Returns
 /// once every queued request has been answered (or the socket failed).
-pub(crate) fn serve_pooled(
-    stream: &TcpStream,
+pub(crate) fn serve_pooled<W: Wire>(
+    stream: &W,
     s: &Session,
     cfg: &NbdConfig,
 ) -> Result<End, ConnError> {
@@ -82,7 +81,7 @@ pub(crate) fn serve_pooled(
     })
 }
 
-fn work(s: &Session, cfg: &NbdConfig, queue: &Mutex<Receiver<Job>>, replies: &Replies) {
+fn work<W: Wire>(s: &Session, cfg: &NbdConfig, queue: &Mutex<Receiver<Job>>, replies: &Replies<W>) {
     let mut out = OutBuf::new(cfg.max_reply_batch_bytes);
     // Ends when the reader drops the sender and the queue is empty. The
     // lock is released before the job runs (`let`, not `while let`).
@@ -93,7 +92,7 @@ fn work(s: &Session, cfg: &NbdConfig, queue: &Mutex<Receiver<Job>>, replies: &Re
         out.clear();
         if let Err(e) = sent {
             tracing::warn!(peer = %s.peer, error = %e, "nbd reply failed; closing connection");
-            let _ = replies.stream.shutdown(NetShutdown::Both);
+            replies.stream.shutdown_both();
             return;
         }
     }

@@ -1,0 +1,47 @@
+//! The byte stream a connection is served over in transmission: the
+//! client's TCP socket, or with TLS the plain end of a socket pair whose
+//! other end `tls_pump.rs` relays through the TLS session.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+
+/// A stream the reading thread and the reply writers share by reference.
+pub(crate) trait Wire: AsFd + Sync {
+    /// One blocking read; Ok(0) at end of stream.
+    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn write_all_bytes(&self, buf: &[u8]) -> io::Result<()>;
+    /// End both directions, so the reading thread sees end of stream.
+    fn shutdown_both(&self);
+}
+
+macro_rules! socket_wire {
+    ($t:ty) => {
+        impl Wire for $t {
+            fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
+                (&mut &*self).read(buf)
+            }
+
+            fn write_all_bytes(&self, buf: &[u8]) -> io::Result<()> {
+                (&mut &*self).write_all(buf)
+            }
+
+            fn shutdown_both(&self) {
+                let _ = self.shutdown(Shutdown::Both);
+            }
+        }
+    };
+}
+
+socket_wire!(TcpStream);
+socket_wire!(UnixStream);
+
+/// A `Read` over a shared `Wire`.
+pub(crate) struct WireReader<'a, W: Wire>(pub &'a W);
+
+impl<W: Wire> Read for WireReader<'_, W> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read_some(buf)
+    }
+}
