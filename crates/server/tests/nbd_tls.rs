@@ -205,6 +205,22 @@ fn before_starttls_every_option_is_told_tls_is_required() {
     assert!(closes_soon(&mut s), "EXPORT_NAME before TLS must end the connection");
 }
 
+/// Garbage where the TLS handshake should be ends that connection only.
+#[test]
+fn a_malformed_tls_handshake_closes_only_its_connection() {
+    use std::io::Write;
+    require_tool("nbdinfo", "libnbd-bin");
+    let pki = pki();
+    let srv = tls_server(&pki, 256);
+    let mut s = flagged(srv.port);
+    send_option(&mut s, opt::STARTTLS, &[]);
+    assert_eq!(read_opt_reply(&mut s).unwrap().0.reply, rep::ACK);
+    s.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 0xde, 0xad, 0xbe, 0xef]).unwrap();
+    s.write_all(&[0x55; 4096]).unwrap();
+    assert!(closes_soon(&mut s), "a bad ClientHello must end the connection");
+    must(Command::new("nbdinfo").arg(nbds(&srv, &pki.good)));
+}
+
 #[test]
 fn starttls_without_tls_configured_is_refused_and_the_client_goes_on() {
     let srv = TestServer::ram(256);
