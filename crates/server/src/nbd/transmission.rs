@@ -171,6 +171,7 @@ pub(crate) fn serve_inline<W: Wire>(
     s: &Session,
     cfg: &NbdConfig,
 ) -> Result<End, ConnError> {
-    let spin = Duration::from_micros(cfg.spin_before_sleep_us);
+    let spin_us = if W::SPIN { cfg.spin_before_sleep_us } else { 0 };
+    let spin = Duration::from_micros(spin_us);
     run(stream, s, cfg, spin, &mut Inline { session: s, stream })
 }
