@@ -66,13 +66,22 @@ pub fn recv_spinning(
     buf: &mut [u8],
     spin: std::time::Duration,
 ) -> io::Result<Option<usize>> {
+    spin_for(spin, || recv_nowait(stream, buf))
+}
+
+/// Call `poll` (a receive that never blocks) until it gives something or
+/// `spin` has passed, yielding the CPU between calls; see `recv_spinning`.
+pub fn spin_for(
+    spin: std::time::Duration,
+    mut poll: impl FnMut() -> io::Result<Option<usize>>,
+) -> io::Result<Option<usize>> {
     if spin.is_zero() {
         return Ok(None);
     }
     let deadline = std::time::Instant::now() + spin;
-    // Bounded by the deadline; each pass is one non-blocking recv.
+    // Bounded by the deadline; each pass is one poll.
     while std::time::Instant::now() < deadline {
-        if let Some(n) = recv_nowait(stream, buf)? {
+        if let Some(n) = poll()? {
             return Ok(Some(n));
         }
         std::thread::yield_now();

@@ -7,6 +7,7 @@ use super::handshake::{haggle, negotiate, Haggle, Negotiated};
 use super::server::Server;
 use super::session::Session;
 use super::tls_pump;
+use super::tls_wire::TlsWire;
 use super::transmission::{serve_inline, End};
 use super::wire::Wire;
 use super::workers::serve_pooled;
@@ -47,7 +48,9 @@ fn serve(stream: &TcpStream, peer: SocketAddr, server: &Server) -> Result<Option
 }
 
 /// After STARTTLS: the TLS handshake, the rest of the options inside it,
-/// then transmission through the relay thread (`tls_pump.rs`).
+/// then transmission: on this thread through the session for a fast store
+/// (`tls_wire.rs`), through the relay thread for the worker pool
+/// (`tls_pump.rs`).
 fn serve_tls(
     stream: &TcpStream,
     peer: SocketAddr,
@@ -69,6 +72,12 @@ fn serve_tls(
     };
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(None)?;
+    if session.export.caps.fast {
+        let wire = TlsWire::new(conn, stream.try_clone()?)?;
+        let end = transmit(&wire, &session, server, true);
+        wire.close();
+        return end.map(Some);
+    }
     let (plain, relayed) = UnixStream::pair()?;
     let client = stream.try_clone()?;
     let pump = thread::Builder::new()

@@ -21,6 +21,7 @@ mod server;
 mod session;
 mod tls;
 mod tls_pump;
+mod tls_wire;
 mod transmission;
 mod wire;
 mod workers;

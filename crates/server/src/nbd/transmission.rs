@@ -10,7 +10,7 @@ use super::framing::{next_frame, Frame};
 use super::session::{Op, Session};
 use super::wire::{Wire, WireReader};
 use crate::out_buf::OutBuf;
-use memlend_net::{recv_spinning, recv_waitall};
+use memlend_net::spin_for;
 use memlend_wire::nbd::Errno;
 use std::io;
 use std::time::Duration;
@@ -89,7 +89,7 @@ fn receive_rest(inbuf: &mut InBuf, stream: &impl Wire) -> io::Result<usize> {
     let missing = inbuf.missing();
     let got = inbuf.fill(|b| {
         let n = b.len().min(missing);
-        recv_waitall(stream, &mut b[..n]).map(Some)
+        stream.read_full(&mut b[..n]).map(Some)
     })?;
     Ok(got.unwrap_or(0))
 }
@@ -100,7 +100,7 @@ fn receive_spinning(
     stream: &impl Wire,
     spin: Duration,
 ) -> io::Result<Option<usize>> {
-    inbuf.fill(|b| recv_spinning(stream, b, spin))
+    inbuf.fill(|b| spin_for(spin, || stream.read_nowait(b)))
 }
 
 /// Serve every complete request in `inbuf`. Bounded by the buffer: each
