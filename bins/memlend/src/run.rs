@@ -244,9 +244,11 @@ fn tempdir() -> Result<PathBuf> {
 /// wait for it to end.
 fn spawn_and_wait(cmd: &mut Command, name: &str) -> Result<ExitStatus> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    // Caught before the spawn: a signal in between must still reach CMD,
+    // not kill us and leave it running.
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGQUIT, SIGINT])?;
     let mut child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
     let pid = child.id() as i32;
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGQUIT, SIGINT])?;
     let handle = signals.handle();
     let forward = std::thread::spawn(move || {
         for sig in signals.forever() {

@@ -13,6 +13,9 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 pub fn run(args: Args) -> Result<()> {
+    // Before any listener binds: a SIGTERM sent as soon as a port answers
+    // must find the handler, or the daemon dies without its clean stop.
+    let signals = stop_signals()?;
     let lend_pages = lend_pages(&args)?;
     let lend_bytes = lend_pages * PAGE_SIZE as u64;
     if !args.cluster.enabled {
@@ -94,7 +97,7 @@ pub fn run(args: Args) -> Result<()> {
             shutdown.clone(),
         )?);
     }
-    wait_for_signal()?;
+    wait_for_signal(signals);
     tracing::info!("stopping");
     shutdown.stop();
     for t in threads {
@@ -162,14 +165,17 @@ fn spawn(
     })?)
 }
 
-/// Block until SIGTERM or SIGINT.
-fn wait_for_signal() -> Result<()> {
+/// SIGTERM and SIGINT, caught from now on and delivered to `wait_for_signal`.
+fn stop_signals() -> Result<signal_hook::iterator::Signals> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    Ok(signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?)
+}
+
+/// Block until SIGTERM or SIGINT (one that came during start counts).
+fn wait_for_signal(mut signals: signal_hook::iterator::Signals) {
     if let Some(sig) = signals.forever().next() {
         tracing::info!(signal = sig, "signal received");
     }
-    Ok(())
 }
 
 /// The NBD TLS configuration the flags name, loaded now so that a bad file
