@@ -252,6 +252,7 @@ pub fn sum_stats(copies: &crate::Copies) -> MirrorStats {
         t.leg_failures += e.leg_failures;
         t.last_leg_errors += e.kept_leg_errors;
         t.rebuilds += e.rebuilds;
+        t.pages_rebuilt += e.pages_rebuilt;
         t.rebuilding |= e.healthy_legs < legs && e.leg_failures > e.rebuilds;
         t.bad_copies += e.bad_copies;
         t.lost_pages += e.lost_pages;

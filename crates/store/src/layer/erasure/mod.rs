@@ -30,6 +30,7 @@
 
 mod batch;
 mod rebuild;
+mod refill;
 mod stripe;
 
 use super::mirror::SpareFn;
@@ -82,6 +83,8 @@ pub struct ErasureStats {
     pub degraded_reads: u64,
     /// Legs rebuilt on a spare.
     pub rebuilds: u64,
+    /// Shards written to spares by the rebuilder.
+    pub pages_rebuilt: u64,
     /// Pages a leg returned with the wrong contents.
     pub bad_copies: u64,
     /// Pages no combination of shards could rebuild.
@@ -97,6 +100,7 @@ struct Counters {
     kept_leg_errors: AtomicU64,
     degraded_reads: AtomicU64,
     rebuilds: AtomicU64,
+    pages_rebuilt: AtomicU64,
     bad_copies: AtomicU64,
     lost_pages: AtomicU64,
 }
@@ -199,6 +203,7 @@ impl Coded {
             leg_failures: c.leg_failures.load(Relaxed),
             degraded_reads: c.degraded_reads.load(Relaxed),
             rebuilds: c.rebuilds.load(Relaxed),
+            pages_rebuilt: c.pages_rebuilt.load(Relaxed),
             bad_copies: c.bad_copies.load(Relaxed),
             lost_pages: c.lost_pages.load(Relaxed),
             kept_leg_errors: c.kept_leg_errors.load(Relaxed),

@@ -5,7 +5,13 @@
 //! out writers that saw the slot failed and skipped it. Then each stripe
 //! with a written page gets the slot's shard computed (a data page decoded
 //! from the others, a parity page encoded from the data) and written, under
-//! the stripe's lock. Then the slot is readable again.
+//! the stripes' locks, a run of `FILL_STRIPES` at a time: one read of the
+//! run from each of k source legs, one write of it to the spare. Then the
+//! slot is readable again.
+//!
+//! A stripe at a time (a read per source and a write per stripe) rebuilt
+//! 128 MiB over 2+1 loopback donors in 3.6 s, and in CI, under load, not
+//! within the 6 s the chaos test allows.
 
 use super::{Coded, FAILED, HEALTHY, REBUILDING};
 use crate::layer::mirror::SpareRequest;
@@ -17,6 +23,10 @@ use std::time::Duration;
 
 /// Wait between attempts to find a spare.
 const SPARE_RETRY: Duration = Duration::from_secs(2);
+
+/// Stripes filled per step: 1 MiB read from each source leg and written to
+/// the spare, while writers of those stripes wait.
+const FILL_STRIPES: u64 = 256;
 
 pub(super) fn spawn(c: Arc<Coded>) -> StoreResult<std::thread::JoinHandle<()>> {
     let t = std::thread::Builder::new().name("memlend-erasure".into()).spawn(move || run(&c));
@@ -66,11 +76,13 @@ fn replace(c: &Coded, slot: usize) -> StoreResult<()> {
     drop(c.locks.write(&StripeSet::of_run(0, crate::layer::STRIPES as u64)));
     let started = std::time::Instant::now();
     let mut stripes = 0;
-    for stripe in 0..per_leg {
+    for first in (0..per_leg).step_by(FILL_STRIPES as usize) {
         if c.stop.load(Relaxed) || leg.state.load(Relaxed) == FAILED {
             return Err(StoreError::Unavailable(format!("rebuild on {label} stopped")));
         }
-        stripes += u64::from(fill_stripe(c, slot, stripe)?);
+        let filled = super::refill::fill_run(c, slot, first, FILL_STRIPES.min(per_leg - first))?;
+        c.counters.pages_rebuilt.fetch_add(filled, Relaxed);
+        stripes += filled;
     }
     if leg.state.compare_exchange(REBUILDING, HEALTHY, Relaxed, Relaxed).is_err() {
         return Err(StoreError::Unavailable(format!("spare at {label} failed while filling")));
@@ -81,8 +93,9 @@ fn replace(c: &Coded, slot: usize) -> StoreResult<()> {
     Ok(())
 }
 
-/// Write the slot's shard of `stripe`, if the stripe holds anything.
-fn fill_stripe(c: &Coded, slot: usize, stripe: u64) -> StoreResult<bool> {
+/// Write the slot's shard of `stripe`, if the stripe holds anything, on
+/// its own: the way for stripes a batch could not rebuild.
+pub(super) fn fill_stripe(c: &Coded, slot: usize, stripe: u64) -> StoreResult<bool> {
     let k = c.k as u64;
     let pages = stripe * k..((stripe + 1) * k).min(c.pages);
     if !pages.clone().any(|p| c.written.get(p)) {

@@ -295,3 +295,41 @@ fn lost_legs_are_rebuilt_on_spares() {
         assert_eq!(e.stats().lost_pages, 0);
     }
 }
+
+/// A source leg that lies about one page while a lost leg is rebuilt: the
+/// batch finds the bad page by its sum and that stripe is rebuilt on its
+/// own from the other shards, so the spare holds the right shard: with two
+/// more legs gone afterwards, every page still reads back.
+#[test]
+fn a_lying_source_does_not_poison_the_rebuild() {
+    let per_leg = PAGES.div_ceil(4);
+    let f: Vec<Arc<Flaky>> = (0..6).map(|_| Flaky::new(per_leg)).collect();
+    let named = |r: std::ops::Range<usize>| -> Vec<(Arc<dyn PageStore>, String)> {
+        r.map(|i| (Arc::clone(&f[i]) as Arc<dyn PageStore>, format!("leg{i}"))).collect()
+    };
+    // One spare only: the legs killed after the rebuild stay unreadable.
+    let once = parking_lot::Mutex::new(Some(Flaky::new(per_leg)));
+    let spare: SpareFn = Box::new(move |_| match once.lock().take() {
+        Some(s) => Ok((s as Arc<dyn PageStore>, "spare".into())),
+        None => Err(StoreError::NoSpace("no more spares".into())),
+    });
+    let e = Erasure::new(named(0..4), named(4..6), PAGES, Some(spare)).unwrap();
+    write_some(&e, 1);
+    // Page 40 is data leg 0's page of stripe 10, beside page 41 on leg 1.
+    f[0].lie_about.store(10 + 1, SeqCst);
+    f[1].dead.store(true, SeqCst);
+    let _ = e.read(&mut [ReadOp { page: 41, buf: &mut vec![0u8; PAGE_SIZE] }]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while e.stats().rebuilds == 0 {
+        assert!(std::time::Instant::now() < deadline, "no rebuild");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let st = e.stats();
+    assert!(st.bad_copies >= 1, "the lie was seen: {st:?}");
+    assert!(st.pages_rebuilt > 0, "{st:?}");
+    f[0].lie_about.store(0, SeqCst);
+    f[2].dead.store(true, SeqCst);
+    f[4].dead.store(true, SeqCst);
+    check_all(&e, 1);
+    assert_eq!(e.stats().lost_pages, 0);
+}
