@@ -70,10 +70,10 @@ impl Handler {
     /// read events so their threads go on.
     fn drain(&mut self, stop: &PipeReader) {
         loop {
-            match uffd::wait(&self.uffd, stop, 1000) {
+            match uffd::wait(&self.uffd, stop, None, 1000) {
                 Ok(Ready::Stop) => return,
                 Ok(Ready::Faults) => self.drain_pending(),
-                Ok(Ready::Nothing) => {}
+                Ok(Ready::Nothing | Ready::Bell) => {}
                 Err(e) => {
                     tracing::error!("fault handler: poll failed after failure: {e}");
                     return self.wait_for_stop(stop);

@@ -12,6 +12,7 @@
 //! could: a fault on one of its pages, the next prefetch, and any event
 //! (remove, unmap, remap). Eviction never touches a page that is not mapped.
 
+use crate::doorbell::Doorbell;
 use crate::mem::PageBuf;
 use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::collections::VecDeque;
@@ -56,7 +57,7 @@ struct Reader {
 }
 
 impl Reader {
-    fn start(store: Arc<dyn PageStore>) -> std::io::Result<Reader> {
+    fn start(store: Arc<dyn PageStore>, bell: Arc<Doorbell>) -> std::io::Result<Reader> {
         // The channels never hold more than the jobs in flight.
         let (jobs, job_rx) = sync_channel::<Fetch>(MAX_IN_FLIGHT);
         let (done_tx, done) = sync_channel::<Fetch>(MAX_IN_FLIGHT);
@@ -66,6 +67,7 @@ impl Reader {
                 if done_tx.send(job).is_err() {
                     return;
                 }
+                bell.ring();
             }
         })?;
         Ok(Reader { jobs: Some(jobs), done, thread: Some(thread) })
@@ -83,9 +85,12 @@ impl Drop for Reader {
 }
 
 impl Fetcher {
-    pub(crate) fn start(store: Arc<dyn PageStore>) -> std::io::Result<Fetcher> {
+    pub(crate) fn start(
+        store: Arc<dyn PageStore>,
+        bell: &Arc<Doorbell>,
+    ) -> std::io::Result<Fetcher> {
         let readers = (0..MAX_IN_FLIGHT)
-            .map(|_| Reader::start(Arc::clone(&store)))
+            .map(|_| Reader::start(Arc::clone(&store), Arc::clone(bell)))
             .collect::<std::io::Result<Vec<_>>>()?;
         let in_flight = VecDeque::with_capacity(MAX_IN_FLIGHT);
         Ok(Fetcher { readers, in_flight, next: 0 })

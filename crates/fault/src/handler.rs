@@ -11,6 +11,7 @@ use crate::uffd::{self, Fault, Msg, Ready, Uffd};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::io;
 use std::io::PipeReader;
+use std::os::fd::AsFd;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -59,8 +60,10 @@ pub(crate) struct Handler {
     /// At most `HALVES` batches, so bounded by the staging size.
     pub writer: crate::writeback::Writer,
     pub writing: std::collections::HashMap<u32, usize>,
-    /// The fetch thread, and the one prefetch window it may be reading.
+    /// The fetch threads, and the prefetch windows they may be reading.
     pub fetcher: crate::fetch::Fetcher,
+    /// Rung by the fetch and write-back threads when a job is done.
+    pub bell: Arc<crate::doorbell::Doorbell>,
     /// One page: the target of store reads.
     pub page_buf: crate::mem::PageBuf,
     /// One page of zeroes, copied in for write faults on empty pages.
@@ -131,8 +134,8 @@ impl Handler {
             self.settle_done();
             self.poll_fetch();
             let ahead = self.wants_headroom();
-            // A finished write-back is noticed within DEFERRED_POLL_MS: until
-            // then its pages are served from staging, and its half waits.
+            // Finished fetches and write-backs ring the bell; the short
+            // timeout while they are out is only a backstop.
             let waiting =
                 !self.deferred.is_empty() || self.writer.any_busy() || self.fetcher.busy();
             let timeout = match (ahead, waiting) {
@@ -142,6 +145,8 @@ impl Handler {
             };
             match self.wait(stop, timeout) {
                 Ok(Ready::Stop) => return Ok(()),
+                // A fetch or write-back finished: the loop's top takes it.
+                Ok(Ready::Bell) => self.bell.clear(),
                 Ok(Ready::Nothing) if ahead => self.evict_ahead(),
                 Ok(Ready::Nothing) => {}
                 Ok(Ready::Faults) => {
@@ -179,13 +184,13 @@ impl Handler {
             let deadline = idle_since + self.spin;
             // Bounded by the deadline; each turn is one poll syscall.
             while Instant::now() < deadline {
-                match uffd::wait(&self.uffd, stop, 0)? {
+                match uffd::wait(&self.uffd, stop, Some(self.bell.as_fd()), 0)? {
                     Ready::Nothing => std::hint::spin_loop(),
                     ready => return Ok(self.note_gap(idle_since, ready)),
                 }
             }
         }
-        let ready = uffd::wait(&self.uffd, stop, timeout_ms)?;
+        let ready = uffd::wait(&self.uffd, stop, Some(self.bell.as_fd()), timeout_ms)?;
         Ok(self.note_gap(idle_since, ready))
     }
 

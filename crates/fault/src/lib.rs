@@ -17,6 +17,7 @@
 mod batch;
 mod cpu;
 mod discards;
+mod doorbell;
 mod error;
 mod events;
 mod evict;

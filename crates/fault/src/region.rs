@@ -2,6 +2,7 @@
 
 use crate::batch::BatchSize;
 use crate::discards::Discards;
+use crate::doorbell::Doorbell;
 use crate::error::{FaultError, Result};
 use crate::fetch::{Fetcher, MAX_IN_FLIGHT};
 use crate::handler::Handler;
@@ -141,10 +142,11 @@ impl Region {
         staging_uffd
             .register(staging.addr(), staging.len_bytes(), false)
             .map_err(FaultError::os("register staging"))?;
-        let writer = Writer::start(Arc::clone(&store), Arc::clone(&staging))
+        let bell = Arc::new(Doorbell::new().map_err(FaultError::os("eventfd"))?);
+        let writer = Writer::start(Arc::clone(&store), Arc::clone(&staging), Arc::clone(&bell))
             .map_err(FaultError::os("spawn write-back thread"))?;
-        let fetcher =
-            Fetcher::start(Arc::clone(&store)).map_err(FaultError::os("spawn fetch thread"))?;
+        let fetcher = Fetcher::start(Arc::clone(&store), &bell)
+            .map_err(FaultError::os("spawn fetch thread"))?;
         let counters = Arc::new(Counters::default());
         let discards = Arc::new(Discards::default());
         let handler = Handler {
@@ -164,6 +166,7 @@ impl Region {
             victims: Vec::with_capacity(batch.max()),
             writer,
             fetcher,
+            bell,
             writing: std::collections::HashMap::with_capacity(staging_pages),
             batch,
             deferred: Vec::new(),

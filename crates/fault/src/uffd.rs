@@ -7,7 +7,7 @@
 //! range is an error, never memory unsafety.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 const UFFD_API: u64 = 0xAA;
 /// `_IOWR(0xAA, nr, size)`, `_IOR(0xAA, nr, size)`, `_IO(0xAA, nr)`.
@@ -381,23 +381,33 @@ fn open_raw() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Which of the two descriptors [`wait`] saw ready.
+/// Which of the descriptors [`wait`] saw ready.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Ready {
     Faults,
     Stop,
+    /// The doorbell rang: a helper thread finished a job.
+    Bell,
     /// Timed out or interrupted: look at the stop flag and wait again.
     Nothing,
 }
 
-/// Block until `uffd` has messages or `stop` is readable or hung up, or
-/// `timeout_ms` passes.
-pub fn wait(uffd: &Uffd, stop: impl AsFd, timeout_ms: i32) -> io::Result<Ready> {
+/// Block until `uffd` has messages, `stop` is readable or hung up, `bell`
+/// (if any) rang, or `timeout_ms` passes.
+pub fn wait(
+    uffd: &Uffd,
+    stop: impl AsFd,
+    bell: Option<BorrowedFd<'_>>,
+    timeout_ms: i32,
+) -> io::Result<Ready> {
+    let fd_of = |fd: Option<BorrowedFd<'_>>| fd.map_or(-1, |fd| fd.as_raw_fd());
     let mut fds = [
         libc::pollfd { fd: stop.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: uffd.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        // A negative fd is ignored by poll.
+        libc::pollfd { fd: fd_of(bell), events: libc::POLLIN, revents: 0 },
     ];
-    // SAFETY: `fds` is a valid array of two pollfd, and we pass its length.
+    // SAFETY: `fds` is a valid array of pollfd, and we pass its length.
     let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout_ms) };
     if rc < 0 {
         let err = io::Error::last_os_error();
@@ -406,13 +416,12 @@ pub fn wait(uffd: &Uffd, stop: impl AsFd, timeout_ms: i32) -> io::Result<Ready> 
             _ => Err(err),
         };
     }
-    if fds[0].revents != 0 {
-        Ok(Ready::Stop)
-    } else if fds[1].revents != 0 {
-        Ok(Ready::Faults)
-    } else {
-        Ok(Ready::Nothing)
-    }
+    Ok(match (fds[0].revents, fds[1].revents, fds[2].revents) {
+        (0, 0, 0) => Ready::Nothing,
+        (0, 0, _) => Ready::Bell,
+        (0, _, _) => Ready::Faults,
+        _ => Ready::Stop,
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! Order: one thread writes the jobs in the order they were sent, each to
 //! completion, so a page evicted twice reaches the store in the same order.
 
+use crate::doorbell::Doorbell;
 use crate::mem::Mapping;
 use memlend_store::{PageStore, StoreResult, WriteOp};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
@@ -43,6 +44,7 @@ impl Writer {
     pub(crate) fn start(
         store: Arc<dyn PageStore>,
         staging: Arc<Mapping>,
+        bell: Arc<Doorbell>,
     ) -> std::io::Result<Writer> {
         // At most one job per half is ever outstanding.
         let (jobs, job_rx) = sync_channel::<Job>(HALVES);
@@ -57,6 +59,7 @@ impl Writer {
                     if done_tx.send(done).is_err() {
                         return;
                     }
+                    bell.ring();
                 }
             })?;
         Ok(Writer { jobs: Some(jobs), done, thread: Some(thread), busy: [false; HALVES] })
