@@ -301,8 +301,8 @@ impl Conn {
             return Ok(h);
         }
         let mut scratch = std::mem::take(&mut self.scratch);
-        let (head, data): (&mut [u8], &mut [u8]) = match dest(&h) {
-            Some(d) if d.head.len() + d.data.len() == len => (d.head, d.data),
+        let (head, data, sealed): (&mut [u8], &mut [u8], bool) = match dest(&h) {
+            Some(d) if d.head.len() + d.data.len() == len => (d.head, d.data, d.sealed),
             Some(d) => {
                 self.scratch = scratch;
                 return Err(ClientError::Protocol(format!(
@@ -312,11 +312,16 @@ impl Conn {
             }
             None => {
                 scratch.resize(len, 0);
-                (&mut [], &mut scratch[..])
+                (&mut [], &mut scratch[..], false)
             }
         };
         let read = self.read_buffered(head).and_then(|()| self.read_buffered(data));
-        let crc_ok = read.is_ok() && page::payload_crc_iov([&*head, &*data]) == h.payload_crc;
+        // A sealed READ's CRC covers its sidecars only (see `Dest`).
+        let covered: [&[u8]; 2] = match sealed {
+            false => [&*head, &*data],
+            true => [&*head, &[]],
+        };
+        let crc_ok = read.is_ok() && page::payload_crc_iov(covered) == h.payload_crc;
         self.scratch = scratch;
         read?;
         if !crc_ok {
@@ -406,11 +411,15 @@ impl Conn {
 pub struct Dest<'b> {
     pub head: &'b mut [u8],
     pub data: &'b mut [u8],
+    /// A sealed READ's reply: its payload CRC covers `head` (the sidecars)
+    /// only, and each page of `data` is checked against its AEAD tag above
+    /// this crate.
+    pub sealed: bool,
 }
 
 impl<'b> From<&'b mut [u8]> for Dest<'b> {
     fn from(data: &'b mut [u8]) -> Self {
-        Dest { head: &mut [], data }
+        Dest { head: &mut [], data, sealed: false }
     }
 }
 

@@ -244,7 +244,9 @@ fn run_pieces(conn: &mut Conn, slab: u32, pieces: &mut [Piece]) -> Result<(), Cl
             let (_, idx) = flight.iter().find(|(t, _)| *t == h.tag)?;
             match &mut pieces_ref[*idx] {
                 Piece::Read { buf, side, .. } if h.status == Status::Ok => {
-                    Some(Dest { head: side, data: buf })
+                    // Asked with FLAG_SEALED (`queue_piece`).
+                    let sealed = !side.is_empty();
+                    Some(Dest { head: side, data: buf, sealed })
                 }
                 _ => None,
             }

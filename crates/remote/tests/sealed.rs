@@ -120,3 +120,44 @@ fn crypt_over_a_sealed_slab_round_trips_and_catches_a_rollback() {
     assert_eq!(crypt.corrupt_pages(), 1);
     assert_eq!(crypt.metadata_bytes(), 64 * 6);
 }
+
+/// Protocol version 2: a sealed READ's payload CRC covers its sidecars
+/// only, since the borrower checks each page against its tag; a plain
+/// READ's covers its pages.
+#[test]
+fn a_sealed_reads_crc_covers_its_sidecars_only() {
+    use memlend_remote::Dest;
+    use memlend_wire::page;
+    let donor = Donor::start(1000, None);
+    let mut conn = Conn::connect(donor.addr, &insecure()).unwrap();
+    let open = ReqHeader { page: 64, flags: FLAG_SEALED, ..ReqHeader::new(Opcode::OpenSlab, 0) };
+    let slab = conn.call(open, &[], None).unwrap().value as u32;
+    let data: Vec<u8> = (0..2).flat_map(|p| page_pattern(7, p)).collect();
+    let side: Vec<u8> = (0..2).flat_map(|p| side_of(7, p)).collect();
+    let write =
+        ReqHeader { slab, count: 2, flags: FLAG_SEALED, ..ReqHeader::new(Opcode::Write, 0) };
+    conn.call(write, &[&side, &data], None).unwrap();
+    let (mut pages, mut tags) = (vec![0u8; 2 * PAGE_SIZE], vec![0u8; 32]);
+    for sealed in [true, false] {
+        let read =
+            ReqHeader { slab, count: 2, flags: FLAG_SEALED, ..ReqHeader::new(Opcode::Read, 0) };
+        conn.queue(read, &[]);
+        conn.send().unwrap();
+        let got = conn.recv(|_| Some(Dest { head: &mut tags, data: &mut pages, sealed }));
+        match sealed {
+            true => {
+                let h = got.unwrap();
+                assert_eq!(h.payload_crc, page::payload_crc(&side));
+                assert!(pages == data && tags == side);
+            }
+            false => assert!(got.unwrap_err().to_string().contains("BadPayloadCrc")),
+        }
+    }
+    let plain = ReqHeader { page: 8, ..ReqHeader::new(Opcode::OpenSlab, 0) };
+    let slab = conn.call(plain, &[], None).unwrap().value as u32;
+    let write = ReqHeader { slab, count: 2, ..ReqHeader::new(Opcode::Write, 0) };
+    conn.call(write, &[&data], None).unwrap();
+    let read = ReqHeader { slab, count: 2, ..ReqHeader::new(Opcode::Read, 0) };
+    let h = conn.call(read, &[], Some(&mut pages)).unwrap();
+    assert_eq!(h.payload_crc, page::payload_crc(&data));
+}

@@ -186,7 +186,8 @@ fn read_reply(
     h: &ReqHeader,
     fill: impl FnOnce(&mut [u8]) -> Result<(), StoreError>,
 ) -> Result<(), Status> {
-    reply_with(out, h, h.count as usize * PAGE_SIZE, fill)
+    let len_bytes = h.count as usize * PAGE_SIZE;
+    reply_with(out, h, len_bytes, len_bytes, fill)
 }
 
 /// `read_reply` for a sealed READ: the sidecars, then the pages.
@@ -197,16 +198,21 @@ fn sealed_read_reply(
 ) -> Result<(), Status> {
     let tags_len = h.count as usize * SIDECAR_LEN;
     let len_bytes = tags_len + h.count as usize * PAGE_SIZE;
-    reply_with(out, h, len_bytes, |b| {
+    // The CRC covers the sidecars only: the borrower checks each page
+    // against its AEAD tag, so a CRC of the pages would check them twice.
+    reply_with(out, h, len_bytes, tags_len, |b| {
         let (tags, data) = b.split_at_mut(tags_len);
         fill(tags, data)
     })
 }
 
+/// A reply of `len_bytes` filled by `fill`; its CRC covers the first
+/// `crc_len` bytes.
 fn reply_with(
     out: &mut OutBuf,
     h: &ReqHeader,
     len_bytes: usize,
+    crc_len: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), StoreError>,
 ) -> Result<(), Status> {
     let at = out.len();
@@ -217,7 +223,7 @@ fn reply_with(
     }
     let reply = RepHeader {
         payload_len: len_bytes as u32,
-        payload_crc: page::payload_crc(data),
+        payload_crc: page::payload_crc(&data[..crc_len]),
         ..RepHeader::status(Status::Ok, h.tag, h.seq)
     };
     head.copy_from_slice(&reply.encode());

@@ -199,21 +199,32 @@ impl<S: SidecarStore> Crypt<S> {
     }
 
     /// Decrypt one page read from the store, in place, against the tag
-    /// that came with it. The caller shares its stripe.
-    fn open(&self, page: u64, buf: &mut [u8], tag: &Sidecar) -> StoreResult<()> {
+    /// that came with it; false if the tag does not match. The caller
+    /// shares its stripe.
+    fn open(&self, page: u64, buf: &mut [u8], tag: &Sidecar) -> bool {
         let word = self.versions.get(page);
         if word == 0 || word & DISCARDED != 0 {
             buf.fill(0);
-            return Ok(());
+            return true;
         }
         let tag = Tag::from(*tag);
-        let opened =
-            self.cipher.open_in_place_separate_tag(nonce(page, word), Aad::empty(), tag, buf, 0..);
-        if opened.is_ok() {
+        let nonce = nonce(page, word);
+        self.cipher.open_in_place_separate_tag(nonce, Aad::empty(), tag, buf, 0..).is_ok()
+    }
+
+    /// Read `page` into `buf` once more and open it: a page that failed its
+    /// tag may have been damaged on the way (the page protocol leaves a
+    /// sealed page's check to its tag). A second failure is what the store
+    /// holds: counted, logged, and `Corrupt`.
+    fn reread(&self, page: u64, buf: &mut [u8]) -> StoreResult<()> {
+        let mut tag = [[0u8; SIDECAR_LEN]];
+        let again = self.inner.read_with(&mut [ReadOp { page, buf: &mut *buf }], &mut tag);
+        if again.is_ok() && self.open(page, buf, &tag[0]) {
             return Ok(());
         }
         buf.fill(0);
         self.corrupt_pages.fetch_add(1, Relaxed);
+        let word = self.versions.get(page);
         tracing::warn!(page, version = word, "page failed authentication: not what was written");
         Err(StoreError::Corrupt { page, expected: word as u32, actual: 0 })
     }
@@ -257,8 +268,11 @@ impl<S: SidecarStore> Crypt<S> {
         for op in ops.iter_mut() {
             for (i, chunk) in op.buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
                 let tag = tags.next().expect("one tag a page");
-                if let Err(e) = self.open(op.page + i as u64, chunk, tag) {
-                    first_error.get_or_insert(e);
+                let page = op.page + i as u64;
+                if !self.open(page, chunk, tag) {
+                    if let Err(e) = self.reread(page, chunk) {
+                        first_error.get_or_insert(e);
+                    }
                 }
             }
         }

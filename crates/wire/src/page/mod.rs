@@ -26,13 +26,17 @@ pub const PAGE_SIZE: usize = 4096;
 /// The tag of a reply to a frame the server could not decode; the server
 /// closes the connection after it. Clients never use it for a request.
 pub const FATAL_TAG: u32 = u32::MAX;
-/// The one protocol version this build speaks.
-pub const VERSION: u16 = 1;
+/// The one protocol version this build speaks. Version 2: a sealed READ's
+/// payload CRC covers its sidecars only (version 1 covered the pages too,
+/// which their AEAD tags already check).
+pub const VERSION: u16 = 2;
 
 /// Request flag: the pages carry a sidecar of [`SIDECAR_LEN`] bytes each
 /// (an AEAD tag the donor keeps for the borrower). On OPEN_SLAB it makes a
 /// slab that keeps sidecars; on WRITE the payload is one sidecar per page,
-/// then the pages; on READ the reply is the same. Valid only on those
+/// then the pages; on READ the reply is the same, and its payload CRC
+/// covers the sidecars only: each page's tag authenticates it, and the
+/// borrower checks every tag. Valid only on those
 /// three opcodes, and READ/WRITE only on a slab opened with it.
 pub const FLAG_SEALED: u8 = 1;
 /// Bytes of one page's sidecar.

@@ -3,12 +3,13 @@
 //! ```text
 //!  0 magic        u32  "MLRP"
 //!  4 status       u16  `Status`
-//!  6 flags        u16  must be 0 in version 1
+//!  6 flags        u16  must be 0
 //!  8 tag          u32  the request's tag
 //! 12 payload_len  u32
 //! 16 seq          u64  the request's seq
 //! 24 value        u64  opcode-specific result (slab id, slab size)
-//! 32 payload_crc  u32  CRC32C of the payload, 0 if there is none
+//! 32 payload_crc  u32  CRC32C of the payload (of a sealed READ's sidecars
+//!                      only), 0 if there is none
 //! 36 header_crc   u32  CRC32C of bytes 0..36
 //! ```
 
