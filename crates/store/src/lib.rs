@@ -82,6 +82,23 @@ pub trait PageStore: Send + Sync {
     fn discard(&self, page: u64, count: u64) -> StoreResult<()>;
     /// Make every completed write durable, where the store has durability.
     fn flush(&self) -> StoreResult<()>;
+    /// The memory that holds `page..page + count`, for a store that keeps
+    /// its pages in this process (`ram`) and lends it to be sent without a
+    /// copy; None for the others. See [`InPlace`] for what it promises.
+    fn in_place(&self, _page: u64, _count: u64) -> Option<StoreResult<InPlace>> {
+        None
+    }
+}
+
+/// Pages lent by [`PageStore::in_place`]: `len` bytes at `ptr`, mapped for
+/// as long as the store that lent them lives. No lock is held, so writers
+/// may change them at any time: they may be handed to the kernel (a
+/// `writev` to a socket), never read through a Rust reference, and only
+/// where whoever receives them checks them (a sealed page's AEAD tag).
+#[derive(Clone, Copy, Debug)]
+pub struct InPlace {
+    pub ptr: *const u8,
+    pub len: usize,
 }
 
 /// Bytes of the sidecar a [`SidecarStore`] keeps beside each page: an AEAD
@@ -99,6 +116,17 @@ pub type Sidecar = [u8; SIDECAR_LEN];
 pub trait SidecarStore: PageStore {
     fn read_with(&self, ops: &mut [ReadOp<'_>], side: &mut [Sidecar]) -> StoreResult<()>;
     fn write_with(&self, ops: &[WriteOp<'_>], side: &[Sidecar]) -> StoreResult<()>;
+    /// The sidecars of `page..page + side.len()` into `side`, and their
+    /// pages lent in place ([`PageStore::in_place`]); None if the pages
+    /// cannot be lent. Page and sidecar may not match if a writer races:
+    /// the reader's tag check catches that.
+    fn read_tags_in_place(
+        &self,
+        _page: u64,
+        _side: &mut [Sidecar],
+    ) -> Option<StoreResult<InPlace>> {
+        None
+    }
 }
 
 /// Pages in a batch of runs.
@@ -133,6 +161,9 @@ impl<S: SidecarStore + ?Sized> SidecarStore for std::sync::Arc<S> {
     fn write_with(&self, ops: &[WriteOp<'_>], side: &[Sidecar]) -> StoreResult<()> {
         (**self).write_with(ops, side)
     }
+    fn read_tags_in_place(&self, page: u64, side: &mut [Sidecar]) -> Option<StoreResult<InPlace>> {
+        (**self).read_tags_in_place(page, side)
+    }
 }
 
 impl<S: PageStore + ?Sized> PageStore for std::sync::Arc<S> {
@@ -150,5 +181,8 @@ impl<S: PageStore + ?Sized> PageStore for std::sync::Arc<S> {
     }
     fn flush(&self) -> StoreResult<()> {
         (**self).flush()
+    }
+    fn in_place(&self, page: u64, count: u64) -> Option<StoreResult<InPlace>> {
+        (**self).in_place(page, count)
     }
 }

@@ -7,7 +7,7 @@
 //! Metadata is a fixed table of stripe locks, independent of the size.
 
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
-use crate::{WriteOp, PAGE_SIZE};
+use crate::{InPlace, WriteOp, PAGE_SIZE};
 use parking_lot::{RwLock, RwLockWriteGuard};
 use std::ptr::NonNull;
 
@@ -160,6 +160,16 @@ impl PageStore for RamStore {
             }
         }
         Ok(())
+    }
+
+    fn in_place(&self, page: u64, count: u64) -> Option<StoreResult<InPlace>> {
+        if let Err(e) = check_range(self.pages, page, count) {
+            return Some(Err(e));
+        }
+        let len = count as usize * PAGE_SIZE;
+        // page_ptr wants a page inside; an empty run lends nothing at `base`.
+        let ptr = if count == 0 { self.base.as_ptr() } else { self.page_ptr(page) };
+        Some(Ok(InPlace { ptr, len }))
     }
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {

@@ -15,7 +15,7 @@ use crate::out_buf::OutBuf;
 use memlend_net::recv_spinning;
 use memlend_wire::page::{limits, Opcode, RepHeader, ReqHeader, Status};
 use memlend_wire::page::{FATAL_TAG, REP_HEADER_LEN, REQ_HEADER_LEN};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Instant;
@@ -120,7 +120,7 @@ impl<'a> Conn<'a> {
             let payload_at = self.start + REQ_HEADER_LEN;
             self.serve(&h, payload_at..self.start + frame_len)?;
             self.start += frame_len;
-            if self.out.len() >= OUT_FLUSH_BYTES {
+            if self.out.pending_bytes() >= OUT_FLUSH_BYTES {
                 self.flush()?;
             }
         }
@@ -204,8 +204,7 @@ impl<'a> Conn<'a> {
 
     fn flush(&mut self) -> io::Result<()> {
         if !self.out.is_empty() {
-            self.stream.write_all(self.out.as_slice())?;
-            self.out.clear();
+            self.out.write_to(&mut self.stream)?;
         }
         Ok(())
     }

@@ -3,8 +3,11 @@
 
 use super::registry::{BorrowerId, Registry, Slab};
 use crate::out_buf::OutBuf;
-use memlend_store::{ReadOp, Sidecar, SidecarStore, StoreError, WriteOp, PAGE_SIZE, SIDECAR_LEN};
+use memlend_store::{
+    PageStore, ReadOp, Sidecar, SidecarStore, StoreError, WriteOp, PAGE_SIZE, SIDECAR_LEN,
+};
 use memlend_wire::page::{self, Opcode, RepHeader, ReqHeader, StatReply, Status, REP_HEADER_LEN};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub struct Ctx<'a> {
@@ -96,7 +99,7 @@ fn data_op(
 ) -> Result<(), Status> {
     let st = |e: StoreError| store_status(&e);
     if h.sealed() {
-        let side = slab.sealed.as_deref().ok_or(Status::BadFlags)?;
+        let side = slab.sealed.as_ref().ok_or(Status::BadFlags)?;
         return sealed_op(op, h, payload, side, out);
     }
     let store = &slab.store;
@@ -147,11 +150,12 @@ fn sealed_op(
     op: Opcode,
     h: &ReqHeader,
     payload: &[u8],
-    side: &dyn SidecarStore,
+    side: &Arc<dyn SidecarStore>,
     out: &mut OutBuf,
 ) -> Result<(), Status> {
     let count = h.count as usize;
     match op {
+        Opcode::Read if sealed_read_in_place(out, h, side)? => Ok(()),
         Opcode::Read => sealed_read_reply(out, h, |tags, data| {
             let tags: &mut [Sidecar] = tags.as_chunks_mut().0;
             side.read_with(&mut [ReadOp { page: h.page, buf: data }], tags)
@@ -165,6 +169,40 @@ fn sealed_op(
         }
         _ => unreachable!("validate lets only READ and WRITE be sealed here"),
     }
+}
+
+/// A sealed READ whose pages the store lends in place: the header and the
+/// sidecars go in the buffer, the pages straight from the slab (see
+/// `out_buf.rs`), saving the donor a copy of every page it sends. False if
+/// the store cannot lend them; nothing is added then.
+fn sealed_read_in_place(
+    out: &mut OutBuf,
+    h: &ReqHeader,
+    side: &Arc<dyn SidecarStore>,
+) -> Result<bool, Status> {
+    let tags_len = h.count as usize * SIDECAR_LEN;
+    let at = out.len();
+    let (head, tags) = out.reserve(REP_HEADER_LEN + tags_len).split_at_mut(REP_HEADER_LEN);
+    let mem = match side.read_tags_in_place(h.page, tags.as_chunks_mut().0) {
+        Some(Ok(mem)) => mem,
+        Some(Err(e)) => {
+            out.truncate(at);
+            return Err(store_status(&e));
+        }
+        None => {
+            out.truncate(at);
+            return Ok(false);
+        }
+    };
+    debug_assert_eq!(mem.len, h.count as usize * PAGE_SIZE);
+    let reply = RepHeader {
+        payload_len: (tags_len + mem.len) as u32,
+        payload_crc: page::payload_crc(tags),
+        ..RepHeader::status(Status::Ok, h.tag, h.seq)
+    };
+    head.copy_from_slice(&reply.encode());
+    out.push_in_place(mem, Arc::clone(side) as Arc<dyn PageStore>);
+    Ok(true)
 }
 
 /// The page indices of a READV/WRITEV payload (validated to hold `count`).

@@ -5,7 +5,7 @@
 
 use super::table::{self, ZeroValid};
 use crate::{batch_pages, PageStore, ReadOp, Sidecar, SidecarStore, StoreError, StoreInfo};
-use crate::{StoreResult, WriteOp, PAGE_SIZE, SIDECAR_LEN};
+use crate::{InPlace, StoreResult, WriteOp, PAGE_SIZE, SIDECAR_LEN};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub struct LocalTags<S> {
@@ -93,6 +93,17 @@ impl<S: PageStore> SidecarStore for LocalTags<S> {
             self.side[page as usize].store(s);
         }
         self.inner.write(ops)
+    }
+
+    fn read_tags_in_place(&self, page: u64, side: &mut [Sidecar]) -> Option<StoreResult<InPlace>> {
+        let mem = match self.inner.in_place(page, side.len() as u64)? {
+            Ok(mem) => mem,
+            Err(e) => return Some(Err(e)),
+        };
+        for (slot, out) in self.side[page as usize..].iter().zip(side.iter_mut()) {
+            *out = slot.load();
+        }
+        Some(Ok(mem))
     }
 }
 
