@@ -4,7 +4,7 @@
 //! (`writeback.rs`) while the handler goes on.
 
 use crate::handler::Handler;
-use crate::resolve::{resolve, retry_eagain};
+use crate::resolve::resolve;
 use crate::state::PageState;
 use crate::stats::Counters;
 use crate::writeback::{Done, Job};
@@ -262,57 +262,6 @@ impl Handler {
         }
         Counters::add(&self.counters.pages_clean_dropped, clean.len() as u64);
         self.intent.unwritten(clean.len());
-    }
-
-    /// Move each victim into the next staging slot from `first_slot`.
-    /// Victims that moved are gathered at the front of `victims`, in slot
-    /// order; returns how many. Runs of consecutive pages move in one call
-    /// (a sequential scan evicts in runs): per-page calls cost the handler
-    /// a fifth of its time on a scan.
-    fn stage(&mut self, victims: &mut [u32], first_slot: usize) -> usize {
-        let mut staged = 0;
-        let mut i = 0;
-        while i < victims.len() {
-            let run = 1 + victims[i..].windows(2).take_while(|w| w[1] == w[0] + 1).count();
-            let src = self.base + victims[i] as usize * PAGE_SIZE;
-            let dst = self.staging.addr() + (first_slot + staged) * PAGE_SIZE;
-            let (moved_bytes, result) = self.staging_uffd.move_run(dst, src, run * PAGE_SIZE);
-            let moved = moved_bytes / PAGE_SIZE;
-            // In place: `staged <= i`, so no victim is overwritten unread.
-            victims.copy_within(i..i + moved, staged);
-            staged += moved;
-            i += moved;
-            if result.is_ok() || moved > 0 {
-                // Done, or stopped part-way: the next run starts at the stop.
-                continue;
-            }
-            if self.stage_one(victims[i], first_slot + staged) {
-                victims[staged] = victims[i];
-                staged += 1;
-            }
-            i += 1;
-        }
-        staged
-    }
-
-    /// Move one victim that a run move stopped at, into `slot`: whether it
-    /// moved. A page gone (MADV_DONTNEED by the owner) is `Empty`; one that
-    /// cannot move stays resident and goes back in the queue.
-    fn stage_one(&mut self, page: u32, slot: usize) -> bool {
-        let src = self.base + page as usize * PAGE_SIZE;
-        let dst = self.staging.addr() + slot * PAGE_SIZE;
-        match retry_eagain(|| self.staging_uffd.move_pages(dst, src, PAGE_SIZE)) {
-            Ok(()) => true,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                self.table.emptied(page);
-                false
-            }
-            Err(e) => {
-                tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
-                self.table.requeue(page);
-                false
-            }
-        }
     }
 
     /// The store refused the batch: map the staged (slot, page) pairs back

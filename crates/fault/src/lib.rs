@@ -26,6 +26,7 @@ mod fetch;
 mod handler;
 mod intent;
 mod mem;
+mod moveout;
 #[cfg(test)]
 mod policy_tests;
 mod prefetch;

@@ -101,6 +101,23 @@ impl PageBuf {
     }
 }
 
+/// Which of the `pages` pages from `addr` (page-aligned, inside one of our
+/// mappings) are mapped, into `out`: mincore(2), which for anonymous memory
+/// reports a present page-table entry. It reads page tables only, so it
+/// never faults a page in or waits on a handler.
+pub fn mapped_pages(addr: usize, pages: usize, out: &mut Vec<bool>) -> io::Result<()> {
+    let mut vec = vec![0u8; pages];
+    // SAFETY: mincore writes one byte per page of the range into `vec`,
+    // which holds `pages` bytes; it reads no memory of the range itself.
+    let rc = unsafe { libc::mincore(addr as *mut _, pages * PAGE_SIZE, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    out.clear();
+    out.extend(vec.iter().map(|&b| b & 1 == 1));
+    Ok(())
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: we mapped exactly this range and nothing borrows it any

@@ -51,6 +51,15 @@ impl Handler {
         if fault.wp {
             return self.write_to_clean(page);
         }
+        if self.fetcher.holds(page) {
+            // Its read is under way: wait for it rather than read it twice.
+            // First: mapping the windows makes room, and may evict this very
+            // page into a write-back. Looked at the other way round, a page
+            // in flight to the store looked mapped, got the zero page, and
+            // lost its bytes (1 stress run in 40).
+            Counters::add(&self.counters.waited_on_fetch, 1);
+            self.finish_fetch();
+        }
         if let Some(&slot) = self.writing.get(&page) {
             match self.refault_writing(page, slot) {
                 // Settled meanwhile: served below by its state.
@@ -58,11 +67,7 @@ impl Handler {
                 result => return self.finish(page, result),
             }
         }
-        if self.fetcher.holds(page) {
-            // Its read is under way: wait for it rather than read it twice.
-            Counters::add(&self.counters.waited_on_fetch, 1);
-            self.finish_fetch();
-        }
+        debug_assert!(!self.writing.contains_key(&page), "page {page} is in flight to the store");
         let missing = !self.table.get(page).is_resident();
         let result = match self.table.get(page) {
             PageState::Clean | PageState::Dirty => self.already_mapped(page),

@@ -426,4 +426,4 @@ pub fn wait(
 
 #[cfg(test)]
 #[path = "uffd_tests.rs"]
-mod tests;
+pub(crate) mod tests;

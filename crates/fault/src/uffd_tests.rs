@@ -6,7 +6,7 @@ use crate::mem::Mapping;
 use memlend_store::PAGE_SIZE;
 
 /// Pages 0, 1 and 3 of a 4-page source hold their index + 1; page 2 is a hole.
-fn source_with_hole() -> Mapping {
+pub(crate) fn source_with_hole() -> Mapping {
     let src = Mapping::new(4).unwrap();
     for page in [0usize, 1, 3] {
         // SAFETY: the page lies inside `src`, a live private mapping of ours

@@ -160,6 +160,11 @@ fn pages_only_read_stay_write_protected_and_are_never_written_back() {
 /// way they did in the discard tests (5 of 300 runs lost a page then).
 #[test]
 fn writing_fresh_pages_while_eviction_runs_ahead_loses_nothing() {
+    // The handler's warnings explain a loss, if there is one.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(std::io::stderr)
+        .try_init();
     const SMALL_PAGES: usize = 256;
     fn one_run() {
         let store = Arc::new(RamStore::new(SMALL_PAGES as u64, RamOptions::default()).unwrap());

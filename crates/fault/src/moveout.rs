@@ -1,0 +1,129 @@
+//! Moving victims out of the region into a staging half (UFFDIO_MOVE), and
+//! what to believe when a move stops part-way.
+//!
+//! A move that stops part-way says how many pages it moved; eviction trusts
+//! that count to know which slot holds which page. Once on this kernel
+//! (6.18, far_micro's SSD scan, 2026-11-25) a page left the region while
+//! the count said it had not: the next move found its slot taken (EEXIST),
+//! the page was kept as resident, its slot was cleared with the half, and
+//! it read back as zeros. So after any failed move we look (mincore) at
+//! where the run's pages really are, and go by that.
+
+use crate::handler::Handler;
+use crate::mem::mapped_pages;
+use crate::resolve::retry_eagain;
+use memlend_store::PAGE_SIZE;
+
+impl Handler {
+    /// Move each victim into the next staging slot from `first_slot`.
+    /// Victims that moved are gathered at the front of `victims`, in slot
+    /// order; returns how many. Runs of consecutive pages move in one call
+    /// (a sequential scan evicts in runs): per-page calls cost the handler
+    /// a fifth of its time on a scan.
+    pub(crate) fn stage(&mut self, victims: &mut [u32], first_slot: usize) -> usize {
+        let mut staged = 0;
+        let mut i = 0;
+        while i < victims.len() {
+            let run = 1 + victims[i..].windows(2).take_while(|w| w[1] == w[0] + 1).count();
+            let src = self.base + victims[i] as usize * PAGE_SIZE;
+            let dst = self.staging.addr() + (first_slot + staged) * PAGE_SIZE;
+            let (moved_bytes, result) = self.staging_uffd.move_run(dst, src, run * PAGE_SIZE);
+            let moved = match result {
+                Ok(()) => run,
+                Err(_) => really_moved(dst, src, run, moved_bytes / PAGE_SIZE),
+            };
+            // In place: `staged <= i`, so no victim is overwritten unread.
+            victims.copy_within(i..i + moved, staged);
+            staged += moved;
+            i += moved;
+            if moved > 0 {
+                // Done, or stopped part-way: the next run starts at the stop.
+                continue;
+            }
+            if self.stage_one(victims[i], first_slot + staged) {
+                victims[staged] = victims[i];
+                staged += 1;
+            }
+            i += 1;
+        }
+        staged
+    }
+
+    /// Move one victim that a run move stopped at, into `slot`: whether it
+    /// moved. A page gone (MADV_DONTNEED by the owner) is `Empty`; one that
+    /// cannot move stays resident and goes back in the queue.
+    fn stage_one(&mut self, page: u32, slot: usize) -> bool {
+        let src = self.base + page as usize * PAGE_SIZE;
+        let dst = self.staging.addr() + slot * PAGE_SIZE;
+        match retry_eagain(|| self.staging_uffd.move_pages(dst, src, PAGE_SIZE)) {
+            Ok(()) => true,
+            Err(_) if really_moved(dst, src, 1, 0) == 1 => true,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                self.table.emptied(page);
+                false
+            }
+            Err(e) => {
+                tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
+                self.table.requeue(page);
+                false
+            }
+        }
+    }
+}
+
+/// After a move of `run` pages from `src` to `dst` failed, how many of the
+/// first pages really moved: gone from the region and mapped in staging.
+/// Logged when that is not the `reported` count. If the pages cannot be
+/// looked at, the report stands.
+fn really_moved(dst: usize, src: usize, run: usize, reported: usize) -> usize {
+    let (mut in_region, mut in_staging) = (Vec::new(), Vec::new());
+    let looked = mapped_pages(src, run, &mut in_region)
+        .and_then(|()| mapped_pages(dst, run, &mut in_staging));
+    if let Err(e) = looked {
+        tracing::warn!("fault handler: cannot check a failed move ({e}); trusting its count");
+        return reported;
+    }
+    let found = (0..run).take_while(|&j| !in_region[j] && in_staging[j]).count();
+    if found != reported {
+        tracing::error!(
+            "fault handler: UFFDIO_MOVE reported {reported} of {run} pages moved, but {found} did; \
+             going by where they are"
+        );
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::Mapping;
+    use crate::uffd::tests::source_with_hole;
+    use crate::uffd::Uffd;
+
+    #[test]
+    fn a_move_that_miscounts_is_corrected_by_where_the_pages_are() {
+        let src = source_with_hole();
+        let dst = Mapping::new(4).unwrap();
+        let uffd = Uffd::open_staging().unwrap();
+        uffd.register(dst.addr(), dst.len_bytes(), false).unwrap();
+        let (moved, result) = uffd.move_run(dst.addr(), src.addr(), 4 * PAGE_SIZE);
+        assert_eq!((moved, result.is_err()), (2 * PAGE_SIZE, true));
+
+        let (d, s) = (dst.addr(), src.addr());
+        assert_eq!(really_moved(d, s, 4, 2), 2, "a true count stands");
+        assert_eq!(really_moved(d, s, 4, 1), 2, "an under-count is corrected");
+        assert_eq!(really_moved(d, s, 4, 3), 2, "an over-count is corrected");
+        let at = 3 * PAGE_SIZE;
+        assert_eq!(really_moved(d + at, s + at, 1, 0), 0, "page 3 is still in the source");
+        uffd.unregister(dst.addr(), dst.len_bytes()).unwrap();
+    }
+
+    #[test]
+    fn mapped_pages_sees_present_and_absent_pages() {
+        let src = source_with_hole();
+        let mut mapped = Vec::new();
+        mapped_pages(src.addr(), 4, &mut mapped).unwrap();
+        assert_eq!(mapped, [true, true, false, true]);
+        assert!(mapped_pages(src.addr() + 1, 1, &mut mapped).is_err(), "unaligned");
+    }
+}
