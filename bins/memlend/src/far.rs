@@ -36,6 +36,10 @@ pub struct FarArgs {
     /// Random page touches in the second pass, as a multiple of the pages.
     #[arg(long, default_value_t = 1)]
     pub random_passes: u64,
+    /// Threads that share the random touches, each on its own stream of
+    /// pages: many faulters at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
     /// Keep touching random pages (checking each) for this many seconds
     /// after the passes: long enough for a donor to reclaim mid-run.
     #[arg(long, default_value_t = 0)]
@@ -104,7 +108,8 @@ pub fn run(a: &FarArgs) -> Result<()> {
     };
     let region = Region::new(cfg, Arc::clone(&store)).context("far-memory region")?;
     // SAFETY: the region maps `len()` bytes for as long as `region` lives,
-    // and only this thread touches it; userfaultfd supplies every page.
+    // and only this function and the threads it scopes touch it, through
+    // its borrows; userfaultfd supplies every page.
     let mem = unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.len()) };
     let seed = 0x6d656d6c656e64;
     let t = Instant::now();
@@ -112,7 +117,7 @@ pub fn run(a: &FarArgs) -> Result<()> {
         pattern(seed, page as u64, chunk);
     }
     let write_s = t.elapsed().as_secs_f64();
-    let (random_s, mut random_bad) = random_pass(mem, seed, a.size * a.random_passes);
+    let (random_s, mut random_bad) = random_pass(mem, seed, a.size * a.random_passes, a.threads);
     let (held_bad, longest_touch_ms) = hold(mem, seed, a.hold_s);
     random_bad += held_bad;
     let t = Instant::now();
@@ -131,7 +136,11 @@ pub fn run(a: &FarArgs) -> Result<()> {
         human(a.local * PAGE_SIZE as u64)
     );
     println!("  write every page         {}", rate(a.size, write_s));
-    println!("  random touches (verify) {}", rate(a.size * a.random_passes, random_s));
+    println!(
+        "  random touches (verify) {} ({} thread(s))",
+        rate(a.size * a.random_passes, random_s),
+        a.threads
+    );
     println!("  read every page (verify) {}", rate(a.size, verify_s));
     println!(
         "  faults: {} zero-filled, {} from the store; {} pages written back in {} batches; {} resident (budget {})",
@@ -142,6 +151,7 @@ pub fn run(a: &FarArgs) -> Result<()> {
         st.pages_resident,
         a.local
     );
+    println!("  fault handler moved core {} times", region.handler_stats().handler_moves);
     if a.hold_s > 0 {
         println!("  longest touch while held: {longest_touch_ms} ms");
     }
@@ -198,12 +208,28 @@ fn hold(mem: &mut [u8], seed: u64, hold_s: u64) -> (u64, u64) {
     (bad, longest_ms)
 }
 
-/// Touch `touches` random pages and check each against its pattern.
-fn random_pass(mem: &[u8], seed: u64, touches: u64) -> (f64, u64) {
+/// Touch `touches` random pages, shared by `threads` threads, each on its
+/// own random stream, and check each page against its pattern.
+fn random_pass(mem: &[u8], seed: u64, touches: u64, threads: u64) -> (f64, u64) {
+    let t = Instant::now();
+    let bad = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|i| {
+                let share = touches / threads + u64::from(i < touches % threads);
+                let stream = (seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
+                s.spawn(move || random_touches(mem, seed, stream, share))
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("a touch thread panicked")).sum()
+    });
+    (t.elapsed().as_secs_f64(), bad)
+}
+
+/// `touches` random pages from the xorshift stream `x`; the pages that differ.
+fn random_touches(mem: &[u8], seed: u64, mut x: u64, touches: u64) -> u64 {
     let pages = (mem.len() / PAGE_SIZE) as u64;
     let mut want = vec![0u8; PAGE_SIZE];
-    let (mut x, mut bad) = (seed | 1, 0);
-    let t = Instant::now();
+    let mut bad = 0;
     for _ in 0..touches {
         x ^= x << 13;
         x ^= x >> 7;
@@ -213,5 +239,5 @@ fn random_pass(mem: &[u8], seed: u64, touches: u64) -> (f64, u64) {
         pattern(seed, page, &mut want);
         bad += u64::from(mem[at..at + PAGE_SIZE] != want[..]);
     }
-    (t.elapsed().as_secs_f64(), bad)
+    bad
 }
