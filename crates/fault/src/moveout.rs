@@ -2,11 +2,11 @@
 //! what to believe when a move stops part-way.
 //!
 //! A move that stops part-way says how many pages it moved; eviction trusts
-//! that count to know which slot holds which page. Once on this kernel
-//! (6.18, far_micro's SSD scan, 2026-11-25) a page left the region while
-//! the count said it had not: the next move found its slot taken (EEXIST),
-//! the page was kept as resident, its slot was cleared with the half, and
-//! it read back as zeros. So after any failed move we look (mincore) at
+//! that count to know which slot holds which page. far_micro's SSD scan
+//! (2026-11-25, kernel 6.18) logged moves that found their slot already
+//! taken (EEXIST), which nothing we know of explains. Were a page ever to
+//! leave the region uncounted, its slot would be cleared with the half and
+//! the page would read zeros. So after any failed move we look (mincore) at
 //! where the run's pages really are, and go by that.
 
 use crate::handler::Handler;
