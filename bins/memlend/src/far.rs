@@ -151,7 +151,11 @@ pub fn run(a: &FarArgs) -> Result<()> {
         st.pages_resident,
         a.local
     );
-    println!("  fault handler moved core {} times", region.handler_stats().handler_moves);
+    let h = region.handler_stats();
+    println!("  fault handler moved core {} times", h.handler_moves);
+    if let Some((read_us, map_us)) = h.fault_parts_us(region.stats().faults_from_store) {
+        println!("  a fault from the store: {read_us:.1} us in its read, {map_us:.1} us mapping it (means)");
+    }
     if a.hold_s > 0 {
         println!("  longest touch while held: {longest_touch_ms} ms");
     }

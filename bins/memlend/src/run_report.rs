@@ -70,6 +70,15 @@ pub fn print(
             sum(reports, "faults_from_staging"),
         );
     }
+    let from_store = sum(reports, "faults_from_store");
+    if from_store > 0 {
+        let mean_us = |key| sum(reports, key) as f64 / from_store as f64 / 1000.0;
+        eprintln!(
+            "memlend run: a fault from the store: {:.1} us in its read, {:.1} us mapping it (means)",
+            mean_us("fault_store_read_ns"),
+            mean_us("fault_map_ns"),
+        );
+    }
     if sum(reports, "copy_legs") > 0 {
         eprintln!(
             "memlend run: copies: {} lost and {} rebuilt; {} bad copies repaired from the other; {} pages lost",

@@ -8,7 +8,7 @@ use crate::uffd::{Fault, Uffd};
 use memlend_store::{ReadOp, StoreResult, PAGE_SIZE};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// UFFDIO_* answers EAGAIN while the address space is changing under it;
 /// a few tries cover a change that is finishing.
@@ -34,6 +34,10 @@ impl Fill {
             Fill::Store => &counters.from_store,
         }
     }
+}
+
+fn elapsed_ns(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn is_eagain(e: &io::Error) -> bool {
@@ -165,7 +169,10 @@ impl Handler {
     /// at once, sparing the WP fault that would follow; so does a read while
     /// most pages read are written soon after (`intent.rs`).
     fn fill_from_store(&mut self, page: u32, write: bool) -> io::Result<()> {
-        if let Err(e) = self.read_page(page) {
+        let reading = Instant::now();
+        let read = self.read_page(page);
+        Counters::add(&self.counters.store_read_ns, elapsed_ns(reading));
+        if let Err(e) = read {
             tracing::error!("fault handler: store read of page {page} failed: {e}");
             return match self.poison(page) {
                 Step::Done => Ok(()),
@@ -177,9 +184,11 @@ impl Handler {
         let now = if writable { PageState::Dirty } else { PageState::Clean };
         self.record_mapped(page, Fill::Store, now);
         let page_addr = self.page_addr(page);
+        let mapping = Instant::now();
         let result = resolve(&self.uffd, page_addr, || {
             self.uffd.copy(page_addr, self.page_buf.bytes(PAGE_SIZE), !writable)
         });
+        Counters::add(&self.counters.store_map_ns, elapsed_ns(mapping));
         self.undo_if_failed(page, PageState::InStore, Fill::Store, result)
     }
 

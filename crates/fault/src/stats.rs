@@ -33,6 +33,8 @@ pub(crate) struct Counters {
     pub prefetch_reads: AtomicU64,
     pub store_pages_mapped_writable: AtomicU64,
     pub handler_failures: AtomicU64,
+    pub store_read_ns: AtomicU64,
+    pub store_map_ns: AtomicU64,
     /// Set by `Region::fail_handler_for_tests`: the handler panics at its
     /// next turn.
     pub fail_requested: std::sync::atomic::AtomicBool,
@@ -133,6 +135,22 @@ pub struct HandlerStats {
     /// failed): every page not mapped then was poisoned (SIGBUS on touch);
     /// the reason is logged.
     pub handler_failures: u64,
+    /// Nanoseconds that faults from the store spent in their store read
+    /// (network and decryption included), summed: over
+    /// `faults_from_store`, the mean read.
+    pub fault_store_read_ns: u64,
+    /// The same for mapping the page read (UFFDIO_COPY, which also wakes
+    /// the faulting thread).
+    pub fault_map_ns: u64,
+}
+
+impl HandlerStats {
+    /// Mean µs of a fault from the store in its read and in its map, over
+    /// `faults` of them; None before the first.
+    pub fn fault_parts_us(&self, faults: u64) -> Option<(f64, f64)> {
+        let per = |ns: u64| ns as f64 / faults as f64 / 1000.0;
+        (faults > 0).then(|| (per(self.fault_store_read_ns), per(self.fault_map_ns)))
+    }
 }
 
 impl Counters {
@@ -169,6 +187,8 @@ impl Counters {
             store_pages_mapped_writable: self.store_pages_mapped_writable.load(Relaxed),
             handler_moves: self.handler_moves.load(Relaxed),
             handler_failures: self.handler_failures.load(Relaxed),
+            fault_store_read_ns: self.store_read_ns.load(Relaxed),
+            fault_map_ns: self.store_map_ns.load(Relaxed),
         }
     }
 

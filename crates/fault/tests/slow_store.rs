@@ -1,6 +1,7 @@
 //! A store whose writes take 5 ms each, like a donor far away: eviction
 //! batches grow (each write costs the same whatever its size), and every
-//! byte still reads back.
+//! byte still reads back. One whose reads take 3 ms: the handler's stats
+//! put the time of a fault from the store in its read, not in its map.
 
 use memlend_fault::{Region, RegionConfig};
 use memlend_store::ram::{RamOptions, RamStore};
@@ -8,31 +9,44 @@ use memlend_store::{PageStore, ReadOp, StoreInfo, StoreResult, WriteOp, PAGE_SIZ
 use std::sync::Arc;
 use std::time::Duration;
 
-struct Slow(RamStore);
+/// A RAM store whose reads and writes each take a fixed time.
+struct Slow {
+    ram: RamStore,
+    read: Duration,
+    write: Duration,
+}
+
+impl Slow {
+    fn new(pages: usize, read: Duration, write: Duration) -> Arc<Slow> {
+        let ram = RamStore::new(pages as u64, RamOptions::default()).unwrap();
+        Arc::new(Slow { ram, read, write })
+    }
+}
 
 impl PageStore for Slow {
     fn info(&self) -> StoreInfo {
-        self.0.info()
+        self.ram.info()
     }
     fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
-        self.0.read(ops)
+        std::thread::sleep(self.read);
+        self.ram.read(ops)
     }
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
-        std::thread::sleep(Duration::from_millis(5));
-        self.0.write(ops)
+        std::thread::sleep(self.write);
+        self.ram.write(ops)
     }
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
-        self.0.discard(page, count)
+        self.ram.discard(page, count)
     }
     fn flush(&self) -> StoreResult<()> {
-        self.0.flush()
+        self.ram.flush()
     }
 }
 
 #[test]
 fn a_slow_store_gets_bigger_batches_and_loses_nothing() {
     const PAGES: usize = 16384;
-    let store = Arc::new(Slow(RamStore::new(PAGES as u64, RamOptions::default()).unwrap()));
+    let store = Slow::new(PAGES, Duration::ZERO, Duration::from_millis(5));
     let config =
         RegionConfig { size_bytes: PAGES * PAGE_SIZE, budget_pages: 2048, evict_batch_pages: 32 };
     let region = Region::new(config, store).unwrap();
@@ -56,4 +70,30 @@ fn a_slow_store_gets_bigger_batches_and_loses_nothing() {
     let pages_per_batch = s.pages_written_back / s.eviction_batches.max(1);
     assert!(pages_per_batch >= 80, "{pages_per_batch} pages per batch: {s:?}");
     assert!(s.pages_resident as usize <= 2048, "{s:?}");
+}
+
+#[test]
+fn the_time_of_a_fault_from_a_slow_store_shows_in_its_read() {
+    const PAGES: usize = 1024;
+    let store = Slow::new(PAGES, Duration::from_millis(3), Duration::ZERO);
+    let config =
+        RegionConfig { size_bytes: PAGES * PAGE_SIZE, budget_pages: 64, evict_batch_pages: 16 };
+    let region = Region::new(config, store).unwrap();
+    // SAFETY: as above.
+    let mem = unsafe { std::slice::from_raw_parts_mut(region.as_ptr(), region.len()) };
+    for (page, chunk) in mem.chunks_mut(PAGE_SIZE).enumerate() {
+        chunk[..8].copy_from_slice(&(page as u64).to_le_bytes());
+    }
+    // Scattered pages, far apart and in no stride, long since evicted:
+    // one store read each, no prefetch.
+    let mut page = 7usize;
+    for _ in 0..40 {
+        page = (page * 389 + 101) % (PAGES - 128);
+        assert_eq!(mem[page * PAGE_SIZE..][..8], (page as u64).to_le_bytes(), "page {page}");
+    }
+    let faults = region.stats().faults_from_store;
+    assert!(faults >= 30, "{faults} faults from the store");
+    let (read_us, map_us) = region.handler_stats().fault_parts_us(faults).unwrap();
+    assert!(read_us >= 3000.0, "mean read {read_us} us, against 3 ms a read");
+    assert!(map_us < 1000.0, "mean map {map_us} us");
 }

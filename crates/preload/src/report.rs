@@ -64,7 +64,8 @@ fn write_stats() -> std::io::Result<()> {
          \"pages_clean_dropped\":{},\"pages_zero_dropped\":{},\"faults_write_protect\":{},\
          \"pages_poisoned\":{},\"pages_resident\":{},\"pages_prefetched\":{},\
          \"prefetch_hits\":{},\"prefetch_wasted\":{},\"pages_zeroed_ahead\":{},\
-         \"faults_waited_on_fetch\":{},\"faults_from_staging\":{},\"handler_moves\":{},",
+         \"faults_waited_on_fetch\":{},\"faults_from_staging\":{},\"handler_moves\":{},\
+         \"fault_store_read_ns\":{},\"fault_map_ns\":{},",
         s.faults_zero_filled,
         s.faults_from_store,
         s.pages_written_back,
@@ -80,6 +81,8 @@ fn write_stats() -> std::io::Result<()> {
         h.faults_waited_on_fetch,
         h.faults_from_staging,
         h.handler_moves,
+        h.fault_store_read_ns,
+        h.fault_map_ns,
     );
     let m = heap.copies.stats();
     let _ = write!(
