@@ -59,6 +59,11 @@ pub struct RunArgs {
     /// libmemlend_preload.so beside this binary.
     #[arg(long)]
     pub preload: Option<PathBuf>,
+    /// Keep evicted pages that compress in a local pool carved from the
+    /// budget (`lz4`), so a fault on one needs no store read; `off`: every
+    /// evicted page goes to the store alone.
+    #[arg(long, default_value = "lz4", value_parser = ["lz4", "off"])]
+    pub compress: String,
     /// Print no summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
@@ -189,7 +194,8 @@ fn set_env(
         .env(shim::LOCAL, local.to_string())
         .env(shim::FAR, far.to_string())
         .env(shim::THRESHOLD, a.threshold.to_string())
-        .env(shim::STATS_DIR, stats);
+        .env(shim::STATS_DIR, stats)
+        .env(shim::COMPRESS, &a.compress);
     let donors: Vec<String> = a.donors.iter().map(|d| d.to_string()).collect();
     let optional = [
         (shim::DONORS, (!donors.is_empty()).then(|| donors.join(","))),

@@ -79,6 +79,8 @@ pub fn print(
             mean_us("fault_map_ns"),
         );
     }
+    print_pool(reports);
+    print_latency(reports);
     if sum(reports, "copy_legs") > 0 {
         eprintln!(
             "memlend run: copies: {} lost and {} rebuilt; {} bad copies repaired from the other; {} pages lost",
@@ -87,5 +89,49 @@ pub fn print(
             sum(reports, "copy_bad"),
             sum(reports, "copy_pages_lost"),
         );
+    }
+}
+
+fn print_pool(reports: &[Value]) {
+    let stored = sum(reports, "pool_pages_stored");
+    let incompressible = sum(reports, "pool_pages_incompressible");
+    if stored + incompressible == 0 {
+        return;
+    }
+    let from_pool = sum(reports, "faults_from_pool");
+    let held = sum(reports, "pool_pages_held");
+    let ratio = match sum(reports, "pool_bytes_held") {
+        0 => String::new(),
+        bytes => format!(", {:.1}x compressed", (held * 4096) as f64 / bytes as f64),
+    };
+    let mean = |key| sum(reports, key) as f64 / from_pool.max(1) as f64 / 1000.0;
+    eprintln!(
+        "memlend run: compressed pool: {from_pool} faults served ({:.1} us decompressing, {:.1} us mapping, means); {stored} pages kept, {incompressible} did not compress; at exit {held} pages in {}{ratio}",
+        mean("fault_pool_read_ns"),
+        mean("fault_pool_map_ns"),
+        human(sum(reports, "pool_charged_pages") * 4096),
+    );
+}
+
+/// Fault latency percentiles, misses only, from the process with the most
+/// faults from the store (a histogram cannot be summed from percentiles).
+fn print_latency(reports: &[Value]) {
+    let Some(busiest) = reports.iter().max_by_key(|r| r["faults_from_store"].as_u64()) else {
+        return;
+    };
+    let us = |key: &str| busiest[key].as_u64().unwrap_or(0) as f64 / 1000.0;
+    let mut parts = Vec::new();
+    for (name, prefix) in [("from the store", "fault_store"), ("from the pool", "fault_pool")] {
+        if us(&format!("{prefix}_latency_ns_p50")) > 0.0 {
+            parts.push(format!(
+                "{name} p50 {:.1} / p99 {:.1} / p99.9 {:.1} us",
+                us(&format!("{prefix}_latency_ns_p50")),
+                us(&format!("{prefix}_latency_ns_p99")),
+                us(&format!("{prefix}_latency_ns_p999")),
+            ));
+        }
+    }
+    if !parts.is_empty() {
+        eprintln!("memlend run: fault latency (message read to wake): {}", parts.join("; "));
     }
 }

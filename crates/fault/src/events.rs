@@ -49,6 +49,9 @@ impl Handler {
                 _ => self.table.forget(page),
             }
         }
+        if let Some(pool) = self.zpool.as_mut() {
+            pool.remove_range(first, count);
+        }
         self.table.compact_if_stale();
         self.publish_resident();
         Counters::add(&self.counters.pages_discarded, u64::from(count));

@@ -64,6 +64,9 @@ impl FailureLog {
     }
 }
 
+/// A victim in staging: (slot, page).
+type Staged = (usize, u32);
+
 /// Pages per eviction ahead of need: a fault arriving meanwhile waits for
 /// this slice only, not a whole batch.
 const AHEAD_BATCH_PAGES: usize = 8;
@@ -98,10 +101,10 @@ impl Handler {
     /// pages too (staged victims, windows being read).
     pub(crate) fn mapped_budget(&self) -> usize {
         if self.table.held() <= self.budget_pages {
-            self.budget_pages
-        } else {
-            self.budget_pages - self.reserve_pages
+            return self.budget_pages;
         }
+        let pool_pages = self.zpool.as_ref().map_or(0, |pool| pool.charged_pages());
+        (self.budget_pages - self.reserve_pages).saturating_sub(pool_pages).max(1)
     }
 
     pub(crate) fn make_room(&mut self) {
@@ -132,6 +135,7 @@ impl Handler {
         let (clean, zero) = self.sort_staged(&victims[..staged], first_slot, &mut dirty);
         self.victims = victims;
         self.drop_clean(&clean);
+        self.pool_keep(&clean);
         // A page of zeroes needs no store copy: as Empty it is zero-filled
         // on the next touch, whatever the store holds.
         for &(_, page) in &zero {
@@ -183,6 +187,7 @@ impl Handler {
                 for &(_, page) in &settled {
                     self.table.evicted(page);
                 }
+                self.pool_keep(&settled);
                 Counters::add(&self.counters.eviction_batches, 1);
                 Counters::add(&self.counters.pages_written_back, done.staged.len() as u64);
                 self.writeback_failures.succeeded();
@@ -230,21 +235,21 @@ impl Handler {
     }
 
     /// Sort staged pages (slot `i` holds `staged[i]`) three ways: clean
-    /// ones (store copy current), returned first; dirty ones holding data, as
+    /// ones (store copy current), returned first as (slot, page); dirty ones holding data, as
     /// (slot, page) into `dirty`; dirty ones that are all zeroes, returned
     /// second as (slot, page).
     fn sort_staged(
         &self,
         staged: &[u32],
         first_slot: usize,
-        dirty: &mut Vec<(usize, u32)>,
-    ) -> (Vec<u32>, Vec<(usize, u32)>) {
+        dirty: &mut Vec<Staged>,
+    ) -> (Vec<Staged>, Vec<Staged>) {
         let mut clean = Vec::new();
         let mut zero = Vec::new();
         for (i, &page) in staged.iter().enumerate() {
             let slot = first_slot + i;
             if self.table.get(page) == PageState::Clean {
-                clean.push(page);
+                clean.push((slot, page));
             } else if self.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
                 zero.push((slot, page));
             } else {
@@ -256,12 +261,24 @@ impl Handler {
 
     /// Clean victims were never written since they came from the store,
     /// whose copy is still theirs: back to `InStore` with no write.
-    fn drop_clean(&mut self, clean: &[u32]) {
-        for &page in clean {
+    fn drop_clean(&mut self, clean: &[(usize, u32)]) {
+        for &(_, page) in clean {
             self.table.evicted(page);
         }
         Counters::add(&self.counters.pages_clean_dropped, clean.len() as u64);
         self.intent.unwritten(clean.len());
+    }
+
+    /// Victims whose store copy is current (clean ones, and dirty ones
+    /// whose write-back landed) leave a compressed copy in the pool, while
+    /// their staging slots still hold them.
+    fn pool_keep(&mut self, staged: &[(usize, u32)]) {
+        let Some(pool) = self.zpool.as_mut() else {
+            return;
+        };
+        for &(slot, page) in staged {
+            pool.insert(page, self.staging.present_pages(slot, 1));
+        }
     }
 
     /// The store refused the batch: map the staged (slot, page) pairs back

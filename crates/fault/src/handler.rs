@@ -104,6 +104,8 @@ pub(crate) struct Handler {
     /// to copy over them (grown to the longest run seen, at most a window).
     pub zero_ahead_pages: Vec<u32>,
     pub zero_run: Vec<u8>,
+    /// The compressed local tier, if on (`zpool.rs`).
+    pub zpool: Option<crate::zpool::ZPool>,
 }
 
 impl Handler {
@@ -133,6 +135,7 @@ impl Handler {
             }
             self.settle_done();
             self.poll_fetch();
+            self.empty_pool_if_all_fits();
             let ahead = self.wants_headroom();
             // Finished fetches and write-backs ring the bell; the short
             // timeout while they are out is only a backstop.
@@ -253,6 +256,19 @@ impl Handler {
     pub(crate) fn publish_resident(&self) {
         let resident = self.table.resident() as u64;
         self.counters.pages_resident.store(resident, Relaxed);
+        if let Some(pool) = &self.zpool {
+            self.counters.publish_pool(&pool.stats());
+        }
+    }
+
+    /// Once every page held fits the budget, all of them may be mapped:
+    /// the pool's copies only take room from them.
+    fn empty_pool_if_all_fits(&mut self) {
+        let fits = self.table.held() <= self.budget_pages;
+        if let Some(pool) = self.zpool.as_mut().filter(|pool| fits && !pool.is_empty()) {
+            pool.clear();
+            self.publish_resident();
+        }
     }
 }
 

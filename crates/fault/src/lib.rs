@@ -25,6 +25,7 @@ mod failsafe;
 mod fetch;
 mod handler;
 mod intent;
+mod latency;
 mod mem;
 mod moveout;
 #[cfg(test)]
@@ -37,8 +38,10 @@ mod stats;
 mod trend;
 mod uffd;
 mod writeback;
+mod zpool;
 
 pub use error::{FaultError, Result};
 pub use region::{Region, RegionConfig, Tuning};
 pub use state::{Policy, METADATA_BYTES_PER_PAGE};
 pub use stats::{DetailedStats, HandlerStats, RegionStats};
+pub use zpool::PoolStats;

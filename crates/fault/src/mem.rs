@@ -93,6 +93,12 @@ impl PageBuf {
         unsafe { std::slice::from_raw_parts(self.map.addr as *const u8, len_bytes) }
     }
 
+    /// Give back the memory of `offset..offset + len_bytes`; it reads as
+    /// zero after.
+    pub fn discard(&self, offset: usize, len_bytes: usize) -> io::Result<()> {
+        self.map.discard(offset, len_bytes)
+    }
+
     pub fn bytes_mut(&mut self, len_bytes: usize) -> &mut [u8] {
         assert!(len_bytes <= self.map.len_bytes, "past the buffer");
         // SAFETY: as in `bytes`; `&mut self` makes this the only view, since

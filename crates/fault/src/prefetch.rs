@@ -247,6 +247,9 @@ impl Handler {
             let (copied, result) = self.uffd.copy_run(self.page_addr(run[0]), bytes, protect);
             for &page in &run[..copied / PAGE_SIZE] {
                 self.table.map_prefetched(page, now);
+                if let Some(pool) = self.zpool.as_mut() {
+                    pool.remove(page);
+                }
                 mapped += 1;
             }
             if let Err(e) = result {

@@ -60,6 +60,9 @@ pub struct Tuning {
     pub zero_ahead: bool,
     /// Run the handler on the core of the thread that faults (`cpu.rs`).
     pub follow_faulter: bool,
+    /// Keep evicted pages that compress well in a local pool carved from
+    /// the budget (`zpool.rs`), so faults on them need no store read.
+    pub compress: bool,
 }
 
 /// ACMS found a 512-page window right for a sequential scan.
@@ -76,6 +79,22 @@ fn reserve_pages(budget_pages: usize, staging_pages: usize, window_pages: usize)
     (staging_pages + MAX_IN_FLIGHT * window_pages).min(budget_pages / 4)
 }
 
+/// The compressed pool may take at most this share of the mapped budget:
+/// the rest stays for pages in use.
+const POOL_SHARE_MAX: (usize, usize) = (3, 4);
+/// Below this many pages of pool, compression is not worth its overhead.
+const POOL_PAGES_MIN: usize = 16;
+
+fn pool_for(mapped_pages: usize) -> Result<Option<crate::zpool::ZPool>> {
+    let pool_pages = mapped_pages * POOL_SHARE_MAX.0 / POOL_SHARE_MAX.1;
+    if pool_pages < POOL_PAGES_MIN {
+        return Ok(None);
+    }
+    let pool =
+        crate::zpool::ZPool::new(pool_pages).map_err(FaultError::os("mmap compressed pool"))?;
+    Ok(Some(pool))
+}
+
 impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
@@ -86,6 +105,7 @@ impl Default for Tuning {
             write_intent: true,
             zero_ahead: true,
             follow_faulter: true,
+            compress: false,
         }
     }
 }
@@ -148,6 +168,10 @@ impl Region {
         let fetcher = Fetcher::start(Arc::clone(&store), &bell)
             .map_err(FaultError::os("spawn fetch thread"))?;
         let counters = Arc::new(Counters::default());
+        let zpool = match tuning.compress {
+            true => pool_for(config.budget_pages - reserve_pages)?,
+            false => None,
+        };
         let discards = Arc::new(Discards::default());
         let handler = Handler {
             uffd,
@@ -186,6 +210,7 @@ impl Region {
             spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
             follow: crate::cpu::Follow::new(tuning.follow_faulter),
             recent_gap: std::time::Duration::ZERO,
+            zpool,
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()

@@ -25,6 +25,7 @@ const READ_PAUSES: [Duration; 3] =
 enum Fill {
     Zero,
     Store,
+    Pool,
 }
 
 impl Fill {
@@ -32,9 +33,15 @@ impl Fill {
         match self {
             Fill::Zero => &counters.zero_filled,
             Fill::Store => &counters.from_store,
+            Fill::Pool => &counters.from_pool,
         }
     }
 }
+
+/// Fault costs assumed before any is measured: a loopback store read and
+/// a decompression, each with its UFFDIO_COPY.
+const FAR_NS_GUESS: u64 = 25_000;
+const POOL_NS_GUESS: u64 = 4_000;
 
 fn elapsed_ns(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -168,28 +175,68 @@ impl Handler {
     /// current until a write faults. A write maps it writable and `Dirty`
     /// at once, sparing the WP fault that would follow; so does a read while
     /// most pages read are written soon after (`intent.rs`).
+    /// The bytes come from the compressed pool if it holds the page (the
+    /// store holds the same bytes), else from a store read.
     fn fill_from_store(&mut self, page: u32, write: bool) -> io::Result<()> {
         let reading = Instant::now();
-        let read = self.read_page(page);
-        Counters::add(&self.counters.store_read_ns, elapsed_ns(reading));
-        if let Err(e) = read {
-            tracing::error!("fault handler: store read of page {page} failed: {e}");
-            return match self.poison(page) {
-                Step::Done => Ok(()),
-                Step::Again => Err(io::Error::from_raw_os_error(libc::EAGAIN)),
-            };
+        let fill = if self.take_from_pool(page) { Fill::Pool } else { Fill::Store };
+        if let Fill::Store = fill {
+            let read = self.read_page(page);
+            if let Some(pool) = self.zpool.as_mut() {
+                pool.far_miss(page);
+            }
+            if let Err(e) = read {
+                tracing::error!("fault handler: store read of page {page} failed: {e}");
+                return match self.poison(page) {
+                    Step::Done => Ok(()),
+                    Step::Again => Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+                };
+            }
         }
+        let c = std::sync::Arc::clone(&self.counters);
+        let (read_ns, map_ns, latency) = match fill {
+            Fill::Pool => (&c.pool_read_ns, &c.pool_map_ns, &c.pool_fault_latency),
+            _ => (&c.store_read_ns, &c.store_map_ns, &c.store_fault_latency),
+        };
+        Counters::add(read_ns, elapsed_ns(reading));
         self.make_room();
         let writable = write || self.writable_fill();
         let now = if writable { PageState::Dirty } else { PageState::Clean };
-        self.record_mapped(page, Fill::Store, now);
+        self.record_mapped(page, fill, now);
         let page_addr = self.page_addr(page);
         let mapping = Instant::now();
         let result = resolve(&self.uffd, page_addr, || {
             self.uffd.copy(page_addr, self.page_buf.bytes(PAGE_SIZE), !writable)
         });
-        Counters::add(&self.counters.store_map_ns, elapsed_ns(mapping));
-        self.undo_if_failed(page, PageState::InStore, Fill::Store, result)
+        Counters::add(map_ns, elapsed_ns(mapping));
+        latency.record_ns(elapsed_ns(reading));
+        self.adapt_pool();
+        self.undo_if_failed(page, PageState::InStore, fill, result)
+    }
+
+    /// Decompress `page` into the page buffer if the pool holds it.
+    fn take_from_pool(&mut self, page: u32) -> bool {
+        let Some(pool) = self.zpool.as_mut() else {
+            return false;
+        };
+        pool.take(page, self.page_buf.bytes_mut(PAGE_SIZE))
+    }
+
+    /// Let the pool resize by the costs measured so far.
+    fn adapt_pool(&mut self) {
+        let Some(pool) = self.zpool.as_mut() else {
+            return;
+        };
+        let c = &self.counters;
+        let mean = |ns: &AtomicU64, map_ns: &AtomicU64, n: &AtomicU64, guess: u64| {
+            let total = ns.load(Relaxed) + map_ns.load(Relaxed);
+            total.checked_div(n.load(Relaxed)).unwrap_or(guess)
+        };
+        let costs = crate::zpool::Costs {
+            far_ns: mean(&c.store_read_ns, &c.store_map_ns, &c.from_store, FAR_NS_GUESS),
+            pool_ns: mean(&c.pool_read_ns, &c.pool_map_ns, &c.from_pool, POOL_NS_GUESS),
+        };
+        pool.adapt(&costs);
     }
 
     /// Whether a page read from the store for a read goes in writable.

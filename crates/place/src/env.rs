@@ -24,6 +24,9 @@ pub const THRESHOLD: &str = "MEMLEND_THRESHOLD";
 /// With a pool: the first lease's size (`64M`); later ones double, up to
 /// 2 GiB, each leased when the region first writes to it.
 pub const LEASE_FIRST: &str = "MEMLEND_LEASE_FIRST";
+/// "lz4" (the default) or "off": keep evicted pages that compress in a
+/// local pool carved from the budget.
+pub const COMPRESS: &str = "MEMLEND_COMPRESS";
 /// Directory for each process's `<pid>.json` counters at exit.
 pub const STATS_DIR: &str = "MEMLEND_STATS_DIR";
 

@@ -5,7 +5,8 @@ use anyhow::{bail, Context, Result};
 use memlend_place::Placement;
 use std::path::PathBuf;
 
-use memlend_place::env::{DEFAULT_THRESHOLD_BYTES, DONORS as ENV_DONORS, FAR as ENV_FAR};
+use memlend_place::env::{COMPRESS as ENV_COMPRESS, DEFAULT_THRESHOLD_BYTES};
+use memlend_place::env::{DONORS as ENV_DONORS, FAR as ENV_FAR};
 use memlend_place::env::{INSECURE as ENV_INSECURE, KEY as ENV_KEY, LOCAL as ENV_LOCAL};
 use memlend_place::env::{NO_ENCRYPT as ENV_NO_ENCRYPT, REDUNDANCY as ENV_REDUNDANCY};
 use memlend_place::env::{
@@ -22,6 +23,8 @@ pub struct Config {
     pub placement: Placement,
     /// Where to leave `<pid>.json` with the region's counters at exit.
     pub stats_dir: Option<PathBuf>,
+    /// Keep evicted pages that compress in a local pool (`MEMLEND_COMPRESS`).
+    pub compress: bool,
 }
 
 /// Read the config; `Ok(None)` when the shim is not asked to do anything.
@@ -57,7 +60,12 @@ pub fn from_env() -> Result<Option<Config>> {
         bail!("{ENV_LOCAL}={local}: the local budget must be at least one page");
     }
     let stats_dir = var(ENV_STATS_DIR).map(PathBuf::from);
-    Ok(Some(Config { local_bytes, far_bytes, threshold_bytes, placement, stats_dir }))
+    let compress = match var(ENV_COMPRESS).as_deref() {
+        None | Some("lz4") => true,
+        Some("off") => false,
+        Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4 or off"),
+    };
+    Ok(Some(Config { local_bytes, far_bytes, threshold_bytes, placement, stats_dir, compress }))
 }
 
 fn var(name: &str) -> Option<String> {

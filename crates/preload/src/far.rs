@@ -6,7 +6,7 @@
 use crate::arena::Arena;
 use crate::config::Config;
 use anyhow::{Context, Result};
-use memlend_fault::{Region, RegionConfig};
+use memlend_fault::{Region, RegionConfig, Tuning};
 use memlend_store::PAGE_SIZE;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -123,8 +123,9 @@ fn build(cfg: &Config) -> Result<Heap> {
         budget_pages,
         evict_batch_pages: RegionConfig::default().evict_batch_pages.min(budget_pages),
     };
-    let region =
-        Region::new(rc, std::sync::Arc::clone(&opened.store)).context("far-memory region")?;
+    let tuning = Tuning { compress: cfg.compress, ..Tuning::default() };
+    let region = Region::with_tuning(rc, tuning, std::sync::Arc::clone(&opened.store))
+        .context("far-memory region")?;
     // A forked child must not see a copy of the region without its handler:
     // pages not resident would read as zeroes. It sees nothing instead.
     // SAFETY: advice on a mapping this process owns; it changes no contents.

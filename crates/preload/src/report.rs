@@ -84,6 +84,33 @@ fn write_stats() -> std::io::Result<()> {
         h.fault_store_read_ns,
         h.fault_map_ns,
     );
+    let _ = write!(
+        j,
+        "\"faults_from_pool\":{},\"fault_pool_read_ns\":{},\"fault_pool_map_ns\":{},\
+         \"pool_pages_stored\":{},\"pool_pages_incompressible\":{},\"pool_pages_dropped\":{},\
+         \"pool_ghost_hits\":{},\"pool_pages_held\":{},\"pool_bytes_held\":{},\
+         \"pool_charged_pages\":{},\"pool_limit_pages\":{},\
+         \"fault_store_latency_ns_p50\":{},\"fault_store_latency_ns_p99\":{},\
+         \"fault_store_latency_ns_p999\":{},\"fault_pool_latency_ns_p50\":{},\
+         \"fault_pool_latency_ns_p99\":{},\"fault_pool_latency_ns_p999\":{},",
+        h.faults_from_pool,
+        h.fault_pool_read_ns,
+        h.fault_pool_map_ns,
+        h.pool_pages_stored,
+        h.pool_pages_incompressible,
+        h.pool_pages_dropped,
+        h.pool_ghost_hits,
+        h.pool_pages_held,
+        h.pool_bytes_held,
+        h.pool_charged_pages,
+        h.pool_limit_pages,
+        h.fault_store_latency_ns_p50,
+        h.fault_store_latency_ns_p99,
+        h.fault_store_latency_ns_p999,
+        h.fault_pool_latency_ns_p50,
+        h.fault_pool_latency_ns_p99,
+        h.fault_pool_latency_ns_p999,
+    );
     let m = heap.copies.stats();
     let _ = write!(
         j,

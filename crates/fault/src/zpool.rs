@@ -1,0 +1,428 @@
+//! The compressed local tier. Pages leaving the resident set are kept here,
+//! lz4-compressed, in memory carved from the same budget, so a fault on one
+//! costs a decompression (about a microsecond) instead of a store read.
+//!
+//! Write-through: a page enters only once the store holds its bytes (a clean
+//! victim at once, a dirty one when its write-back lands), so an entry is a
+//! cache of the store's copy and dropping one loses nothing. An entry exists
+//! only while its page is `InStore`: a fault takes it out (the pool and the
+//! resident set never hold the same page), and prefetch and discards drop it.
+//!
+//! Memory: an arena of 256-byte chunks; a page's bytes are a chain of
+//! chunks, allocated lowest first so that the arena stays dense at its
+//! bottom. The pool is charged for the arena pages up to the highest chunk
+//! used since the last trim (`top_pages`), never more than its limit.
+//! Lowering the limit drops the entries above it and gives their pages back.
+//!
+//! Which pages leave the pool: the oldest entry first (FIFO). How big the
+//! pool may be: `adapt` weighs, per page of memory, the store reads a
+//! bigger pool would have saved (faults on pages dropped from it lately)
+//! against the pool hits a bigger resident set would have saved (hits on
+//! the newest entries), each at its measured cost, and moves the limit a
+//! step towards the better use. Pages that do not compress (over
+//! `KEEP_BYTES_MAX`) never enter, so incompressible data leaves the pool
+//! empty and the whole budget resident.
+
+use crate::mem::PageBuf;
+use memlend_store::PAGE_SIZE;
+use std::collections::{HashMap, VecDeque};
+
+const CHUNK_BYTES: usize = 256;
+const CHUNKS_PER_PAGE: usize = PAGE_SIZE / CHUNK_BYTES;
+/// A page that compresses to more than this goes to the store alone: it
+/// would save under a quarter of its memory.
+pub(crate) const KEEP_BYTES_MAX: usize = 3 * 1024;
+const NONE: u32 = u32::MAX;
+/// Pool hits and far misses between two looks at the limit.
+const EPOCH_EVENTS: u64 = 512;
+/// The limit moves by this share of its maximum per epoch.
+const STEP_SHARE: usize = 32;
+
+struct Entry {
+    first_chunk: u32,
+    len_bytes: u16,
+    /// Insertion number, for FIFO order and the "newest entries" test.
+    seq: u64,
+}
+
+/// What the pool did, for the region's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Pages put in the pool.
+    pub pages_stored: u64,
+    /// Victims that compressed to more than `KEEP_BYTES_MAX`: store only.
+    pub pages_incompressible: u64,
+    /// Entries dropped to make room or when the limit fell.
+    pub pages_dropped: u64,
+    /// Faults on pages dropped from the pool lately (a bigger pool would
+    /// have served them).
+    pub ghost_hits: u64,
+    /// Pages in the pool now, and their compressed bytes.
+    pub pages_held: u64,
+    pub bytes_held: u64,
+    /// Memory the pool is charged for now, and the most it may take now.
+    pub charged_pages: u64,
+    pub limit_pages: u64,
+}
+
+pub(crate) struct ZPool {
+    arena: PageBuf,
+    /// Per chunk: the next chunk of its page, or `NONE`.
+    next: Vec<u32>,
+    /// Per chunk: the page whose bytes it holds, or `NONE` if free.
+    owner: Vec<u32>,
+    /// A set bit is a free chunk.
+    free_bits: Vec<u64>,
+    /// No free chunk lies in a word below this one.
+    low_free_word: usize,
+    chunks_used: usize,
+    limit_pages: usize,
+    limit_max_pages: usize,
+    top_pages: usize,
+    entries: HashMap<u32, Entry>,
+    order: VecDeque<(u32, u64)>,
+    seq: u64,
+    /// Pages dropped lately, with their drop number; bounded by
+    /// `ghost_limit`.
+    ghosts: HashMap<u32, u64>,
+    ghost_order: VecDeque<(u32, u64)>,
+    dropped_seq: u64,
+    /// Scratch: one compressed page, and one gathered from its chunks.
+    packed: Vec<u8>,
+    gathered: Vec<u8>,
+    epoch: Epoch,
+    stats: PoolStats,
+}
+
+/// Signals gathered since the limit last moved.
+#[derive(Default)]
+struct Epoch {
+    events: u64,
+    /// Far misses on pages dropped within the last step's worth of entries.
+    near_ghost_hits: u64,
+    /// Pool hits on entries among the last step's worth inserted.
+    newest_hits: u64,
+}
+
+/// Measured costs of a fault, for `adapt`.
+pub(crate) struct Costs {
+    /// A fault served by a store read, and one served from the pool.
+    pub far_ns: u64,
+    pub pool_ns: u64,
+}
+
+impl ZPool {
+    /// A pool of at most `limit_max_pages` of memory (reserved address
+    /// space, faulted in as used), starting at half of that.
+    pub(crate) fn new(limit_max_pages: usize) -> std::io::Result<ZPool> {
+        let chunks = limit_max_pages.max(1) * CHUNKS_PER_PAGE;
+        let words = chunks.div_ceil(64);
+        let mut free_bits = vec![u64::MAX; words];
+        if !chunks.is_multiple_of(64) {
+            free_bits[words - 1] = (1u64 << (chunks % 64)) - 1;
+        }
+        Ok(ZPool {
+            arena: PageBuf::new(limit_max_pages.max(1))?,
+            next: vec![NONE; chunks],
+            owner: vec![NONE; chunks],
+            free_bits,
+            low_free_word: 0,
+            chunks_used: 0,
+            limit_pages: limit_max_pages / 2,
+            limit_max_pages,
+            top_pages: 0,
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+            seq: 0,
+            ghosts: HashMap::new(),
+            ghost_order: VecDeque::new(),
+            dropped_seq: 0,
+            packed: vec![0; lz4_flex::block::get_maximum_output_size(PAGE_SIZE)],
+            gathered: vec![0; KEEP_BYTES_MAX],
+            epoch: Epoch::default(),
+            stats: PoolStats::default(),
+        })
+    }
+
+    /// Memory the pool holds now, in pages: count it against the budget.
+    pub(crate) fn charged_pages(&self) -> usize {
+        self.top_pages
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(crate) fn stats(&self) -> PoolStats {
+        PoolStats {
+            pages_held: self.entries.len() as u64,
+            charged_pages: self.top_pages as u64,
+            limit_pages: self.limit_pages as u64,
+            ..self.stats
+        }
+    }
+
+    /// Keep a copy of `page`, whose current bytes the store holds. False if
+    /// it does not compress well enough or the pool has no room at all.
+    pub(crate) fn insert(&mut self, page: u32, bytes: &[u8]) -> bool {
+        debug_assert_eq!(bytes.len(), PAGE_SIZE);
+        self.remove(page);
+        let len_bytes = match lz4_flex::block::compress_into(bytes, &mut self.packed) {
+            Ok(len) if len <= KEEP_BYTES_MAX => len,
+            _ => {
+                self.stats.pages_incompressible += 1;
+                return false;
+            }
+        };
+        let need = len_bytes.div_ceil(CHUNK_BYTES);
+        // Each turn drops an entry, so the entries bound the loop.
+        while self.limit_pages * CHUNKS_PER_PAGE - self.chunks_used < need {
+            if !self.drop_oldest() {
+                return false;
+            }
+        }
+        let first_chunk = self.store_chunks(page, len_bytes);
+        self.ghosts.remove(&page);
+        self.seq += 1;
+        self.entries
+            .insert(page, Entry { first_chunk, len_bytes: len_bytes as u16, seq: self.seq });
+        self.order.push_back((page, self.seq));
+        self.stats.pages_stored += 1;
+        self.stats.bytes_held += len_bytes as u64;
+        true
+    }
+
+    /// Copy `self.packed[..len_bytes]` into free chunks for `page`; the
+    /// caller made sure enough are free below the limit.
+    fn store_chunks(&mut self, page: u32, len_bytes: usize) -> u32 {
+        let mut first = NONE;
+        let mut prev = NONE;
+        for piece in 0..len_bytes.div_ceil(CHUNK_BYTES) {
+            let chunk = self.alloc_chunk().expect("free chunks were counted");
+            let from = piece * CHUNK_BYTES;
+            let to = (from + CHUNK_BYTES).min(len_bytes);
+            let at = chunk as usize * CHUNK_BYTES;
+            let arena = self.arena.bytes_mut(self.limit_max_pages * PAGE_SIZE);
+            arena[at..at + to - from].copy_from_slice(&self.packed[from..to]);
+            self.owner[chunk as usize] = page;
+            if prev == NONE {
+                first = chunk;
+            } else {
+                self.next[prev as usize] = chunk;
+            }
+            prev = chunk;
+            self.top_pages = self.top_pages.max(chunk as usize / CHUNKS_PER_PAGE + 1);
+        }
+        first
+    }
+
+    /// The lowest free chunk below the limit.
+    fn alloc_chunk(&mut self) -> Option<u32> {
+        let limit_chunks = self.limit_pages * CHUNKS_PER_PAGE;
+        let words = limit_chunks.div_ceil(64);
+        for word in self.low_free_word..words {
+            let bits = self.free_bits[word];
+            if bits == 0 {
+                continue;
+            }
+            self.low_free_word = word;
+            let chunk = word * 64 + bits.trailing_zeros() as usize;
+            if chunk >= limit_chunks {
+                return None;
+            }
+            self.free_bits[word] &= !(1u64 << (chunk % 64));
+            self.next[chunk] = NONE;
+            self.chunks_used += 1;
+            return Some(chunk as u32);
+        }
+        self.low_free_word = words;
+        None
+    }
+
+    fn free_chain(&mut self, first_chunk: u32) {
+        let mut chunk = first_chunk;
+        // A chain holds at most KEEP_BYTES_MAX / CHUNK_BYTES chunks.
+        for _ in 0..KEEP_BYTES_MAX / CHUNK_BYTES {
+            if chunk == NONE {
+                return;
+            }
+            let at = chunk as usize;
+            let following = self.next[at];
+            self.owner[at] = NONE;
+            self.next[at] = NONE;
+            self.free_bits[at / 64] |= 1u64 << (at % 64);
+            self.low_free_word = self.low_free_word.min(at / 64);
+            self.chunks_used -= 1;
+            chunk = following;
+        }
+        debug_assert_eq!(chunk, NONE, "a chain longer than a kept page");
+    }
+
+    /// A fault on `page`: if the pool holds it, decompress it into `out`
+    /// (one page) and drop the entry. False if it is not here (or, which
+    /// would be a bug, its bytes do not decompress to a page: logged, and
+    /// the caller reads the store).
+    pub(crate) fn take(&mut self, page: u32, out: &mut [u8]) -> bool {
+        let Some(entry) = self.entries.remove(&page) else {
+            return false;
+        };
+        self.epoch.events += 1;
+        if self.seq - entry.seq < self.step_pages() as u64 {
+            self.epoch.newest_hits += 1;
+        }
+        let len_bytes = usize::from(entry.len_bytes);
+        self.gather(entry.first_chunk, len_bytes);
+        self.free_chain(entry.first_chunk);
+        self.stats.bytes_held -= len_bytes as u64;
+        match lz4_flex::block::decompress_into(&self.gathered[..len_bytes], out) {
+            Ok(n) if n == PAGE_SIZE => true,
+            other => {
+                tracing::error!("compressed pool: page {page} did not decompress ({other:?}); reading the store");
+                false
+            }
+        }
+    }
+
+    fn gather(&mut self, first_chunk: u32, len_bytes: usize) {
+        let arena = self.arena.bytes(self.limit_max_pages * PAGE_SIZE);
+        let mut chunk = first_chunk;
+        for piece in 0..len_bytes.div_ceil(CHUNK_BYTES) {
+            let from = piece * CHUNK_BYTES;
+            let to = (from + CHUNK_BYTES).min(len_bytes);
+            let at = chunk as usize * CHUNK_BYTES;
+            self.gathered[from..to].copy_from_slice(&arena[at..at + to - from]);
+            chunk = self.next[chunk as usize];
+        }
+    }
+
+    /// `page` is mapped or discarded other than by a fault from the pool:
+    /// its entry, if any, is no longer a copy of anything.
+    pub(crate) fn remove(&mut self, page: u32) {
+        if let Some(entry) = self.entries.remove(&page) {
+            self.free_chain(entry.first_chunk);
+            self.stats.bytes_held -= u64::from(entry.len_bytes);
+        }
+    }
+
+    /// `remove` for every page in `first..first + count`.
+    pub(crate) fn remove_range(&mut self, first: u32, count: u32) {
+        let range = first..first.saturating_add(count);
+        if count as usize <= self.entries.len() {
+            range.for_each(|page| self.remove(page));
+            return;
+        }
+        let doomed: Vec<u32> = self.entries.keys().copied().filter(|p| range.contains(p)).collect();
+        doomed.into_iter().for_each(|page| self.remove(page));
+    }
+
+    /// Drop every entry and give all the memory back.
+    pub(crate) fn clear(&mut self) {
+        let pages: Vec<u32> = self.entries.keys().copied().collect();
+        pages.into_iter().for_each(|page| self.remove(page));
+        self.order.clear();
+        self.give_back(0);
+    }
+
+    /// A fault that read the store. If the page left the pool lately, a
+    /// bigger pool would have served it.
+    pub(crate) fn far_miss(&mut self, page: u32) {
+        self.epoch.events += 1;
+        if let Some(dropped) = self.ghosts.remove(&page) {
+            self.stats.ghost_hits += 1;
+            let window = (self.step_pages() * self.entries_per_page()) as u64;
+            if self.dropped_seq - dropped < window {
+                self.epoch.near_ghost_hits += 1;
+            }
+        }
+    }
+
+    /// Drop the oldest entry; false if there is none.
+    fn drop_oldest(&mut self) -> bool {
+        // Stale order entries (taken or removed pages) are skipped; each
+        // turn pops one, so the queue's length bounds the loop.
+        while let Some((page, seq)) = self.order.pop_front() {
+            if self.entries.get(&page).is_some_and(|e| e.seq == seq) {
+                self.remove(page);
+                self.remember_dropped(page);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn remember_dropped(&mut self, page: u32) {
+        self.stats.pages_dropped += 1;
+        self.dropped_seq += 1;
+        let ghost_limit = self.limit_max_pages * CHUNKS_PER_PAGE;
+        if self.ghost_order.len() >= ghost_limit {
+            if let Some((old, seq)) = self.ghost_order.pop_front() {
+                if self.ghosts.get(&old) == Some(&seq) {
+                    self.ghosts.remove(&old);
+                }
+            }
+        }
+        self.ghosts.insert(page, self.dropped_seq);
+        self.ghost_order.push_back((page, self.dropped_seq));
+    }
+
+    fn step_pages(&self) -> usize {
+        (self.limit_max_pages / STEP_SHARE).max(1)
+    }
+
+    /// Entries a page of pool memory holds at the present mean size.
+    fn entries_per_page(&self) -> usize {
+        let held = self.entries.len().max(1) as u64;
+        let mean_bytes = (self.stats.bytes_held / held).max(CHUNK_BYTES as u64 / 2);
+        (PAGE_SIZE as u64 / (mean_bytes + CHUNK_BYTES as u64 / 2)).max(1) as usize
+    }
+
+    /// Once an epoch's events are in, move the limit a step towards the
+    /// use of memory that would have saved more fault time.
+    pub(crate) fn adapt(&mut self, costs: &Costs) {
+        if self.epoch.events < EPOCH_EVENTS {
+            return;
+        }
+        let saved_by_pool = self.epoch.near_ghost_hits * costs.far_ns.saturating_sub(costs.pool_ns);
+        let saved_by_resident = self.epoch.newest_hits * costs.pool_ns;
+        self.epoch = Epoch::default();
+        let step = self.step_pages();
+        if saved_by_pool > saved_by_resident {
+            self.limit_pages = (self.limit_pages + step).min(self.limit_max_pages);
+        } else if saved_by_resident > saved_by_pool {
+            self.set_limit(self.limit_pages.saturating_sub(step));
+        }
+    }
+
+    /// Lower (or raise) the limit; entries with chunks at or above a lower
+    /// limit are dropped and their memory given back.
+    pub(crate) fn set_limit(&mut self, limit_pages: usize) {
+        let limit_pages = limit_pages.min(self.limit_max_pages);
+        if limit_pages < self.top_pages {
+            let (from, to) = (limit_pages * CHUNKS_PER_PAGE, self.top_pages * CHUNKS_PER_PAGE);
+            for chunk in from..to {
+                let page = self.owner[chunk];
+                if page != NONE {
+                    self.remove(page);
+                    self.remember_dropped(page);
+                }
+            }
+            self.give_back(limit_pages);
+        }
+        self.limit_pages = limit_pages;
+    }
+
+    /// Release the arena's pages from `from_page` up to the top.
+    fn give_back(&mut self, from_page: usize) {
+        if from_page < self.top_pages {
+            let len_bytes = (self.top_pages - from_page) * PAGE_SIZE;
+            if let Err(e) = self.arena.discard(from_page * PAGE_SIZE, len_bytes) {
+                tracing::warn!("compressed pool: giving back memory failed: {e}");
+            }
+            self.top_pages = from_page;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "zpool_tests.rs"]
+mod tests;
