@@ -532,8 +532,13 @@ impl Drop for KillOnDrop {
 /// A cgroup of 1 GiB whose use a donor watches (`--memory`); removed on
 /// every exit path. None (the test skips) without root or cgroup v1.
 fn donor_cgroup(name: &str) -> Option<RmCgroup> {
-    if !is_root() || !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        eprintln!("skipped: needs root and a cgroup v1 memory controller");
+    let why = match () {
+        _ if !is_root() => "not root",
+        _ if !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() => "no cgroup v1",
+        _ => "",
+    };
+    if !why.is_empty() {
+        memlend_testskip::skip(why);
         return None;
     }
     let id = std::process::id();
@@ -583,9 +588,14 @@ fn acms_figure6_scenario_with_5pct_control_loss_and_20ms_delay() {
 
 fn figure6(args: &[&str]) {
     let python = Path::new("/usr/bin/python3");
-    if !is_root() || !python.exists() || Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: needs root, iproute2 and /usr/bin/python3");
-        return;
+    let why = match () {
+        _ if !is_root() => "not root",
+        _ if !python.exists() => "no /usr/bin/python3",
+        _ if Command::new("ip").arg("-V").output().is_err() => "no `ip` (iproute2)",
+        _ => "",
+    };
+    if !why.is_empty() {
+        return memlend_testskip::skip(why);
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();

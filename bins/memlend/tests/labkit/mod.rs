@@ -29,8 +29,7 @@ pub fn skip_reason() -> Option<String> {
 macro_rules! need_lab {
     () => {
         if let Some(why) = $crate::labkit::skip_reason() {
-            eprintln!("skipped: {why}");
-            return;
+            return memlend_testskip::skip(&why);
         }
     };
 }
