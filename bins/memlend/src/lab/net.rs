@@ -83,19 +83,18 @@ pub fn delete_namespace(ns: &str) -> Result<()> {
     ip(&["netns", "delete", ns])
 }
 
-/// Deleting one end of a veth pair deletes both; a link already gone with
-/// its namespace is fine.
-pub fn delete_link(name: &str) -> Result<()> {
-    if lab_link_exists(name) {
-        ip(&["link", "delete", name])?;
-    }
-    Ok(())
+/// Whether the namespace's file (what `ip netns` names it by) is there.
+pub fn namespace_exists(ns: &str) -> bool {
+    std::path::Path::new("/var/run/netns").join(ns).exists()
 }
 
-fn lab_link_exists(name: &str) -> bool {
-    Command::new("ip")
-        .args(["link", "show", name])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+/// Deleting one end of a veth pair deletes both.
+pub fn delete_link(name: &str) -> Result<()> {
+    ip(&["link", "delete", name])
+}
+
+/// Whether a root-namespace link is there; true when `ip` cannot tell, so
+/// that a failure to delete it is not mistaken for its being gone.
+pub fn link_exists(name: &str) -> bool {
+    Command::new("ip").args(["link", "show", name]).output().map_or(true, |o| o.status.success())
 }
