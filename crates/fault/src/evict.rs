@@ -135,21 +135,23 @@ impl Handler {
         let (clean, zero) = self.sort_staged(&victims[..staged], first_slot, &mut dirty);
         self.victims = victims;
         self.drop_clean(&clean);
-        self.pool_keep(&clean);
+        // With the pool on, clean victims go to the write-back thread too,
+        // to be compressed there.
+        let clean = if self.zpool.is_some() { clean } else { Vec::new() };
         // A page of zeroes needs no store copy: as Empty it is zero-filled
         // on the next touch, whatever the store holds.
         for &(_, page) in &zero {
             self.table.emptied(page);
         }
         Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
-        if dirty.is_empty() {
+        if dirty.is_empty() && clean.is_empty() {
             self.clear_half(half);
             return;
         }
         for &(slot, page) in &dirty {
             self.writing.insert(page, slot);
         }
-        self.writer.send(Job { half, staged: dirty });
+        self.writer.send(Job { half, staged: dirty, clean });
     }
 
     /// A staging half no write-back holds, waiting for one if need be.
@@ -187,7 +189,6 @@ impl Handler {
                 for &(_, page) in &settled {
                     self.table.evicted(page);
                 }
-                self.pool_keep(&settled);
                 Counters::add(&self.counters.eviction_batches, 1);
                 Counters::add(&self.counters.pages_written_back, done.staged.len() as u64);
                 self.writeback_failures.succeeded();
@@ -197,6 +198,7 @@ impl Handler {
                 self.unstage(&settled);
             }
         }
+        self.pool_keep(&done.packed);
         self.clear_half(done.half);
         self.publish_resident();
     }
@@ -269,16 +271,18 @@ impl Handler {
         self.intent.unwritten(clean.len());
     }
 
-    /// Victims whose store copy is current (clean ones, and dirty ones
-    /// whose write-back landed) leave a compressed copy in the pool, while
-    /// their staging slots still hold them.
-    fn pool_keep(&mut self, staged: &[(usize, u32)]) {
+    /// A job's compressed victims go into the pool if they are still
+    /// `InStore`. That state means the store holds exactly the bytes
+    /// compressed: jobs settle in the order they were sent, so a page
+    /// mapped and evicted again since is either not `InStore` now (mapped,
+    /// or its newer write-back not settled) or was mapped only to be read
+    /// (then its bytes never changed).
+    fn pool_keep(&mut self, packed: &crate::zpool::Packed) {
         let Some(pool) = self.zpool.as_mut() else {
             return;
         };
-        for &(slot, page) in staged {
-            pool.insert(page, self.staging.present_pages(slot, 1));
-        }
+        let table = &self.table;
+        pool.insert_packed(packed, |page| table.get(page) == PageState::InStore);
     }
 
     /// The store refused the batch: map the staged (slot, page) pairs back

@@ -163,8 +163,10 @@ impl Region {
             .register(staging.addr(), staging.len_bytes(), false)
             .map_err(FaultError::os("register staging"))?;
         let bell = Arc::new(Doorbell::new().map_err(FaultError::os("eventfd"))?);
-        let writer = Writer::start(Arc::clone(&store), Arc::clone(&staging), Arc::clone(&bell))
-            .map_err(FaultError::os("spawn write-back thread"))?;
+        let packer = tuning.compress.then(crate::zpool::Packer::default);
+        let writer =
+            Writer::start(Arc::clone(&store), Arc::clone(&staging), Arc::clone(&bell), packer)
+                .map_err(FaultError::os("spawn write-back thread"))?;
         let fetcher = Fetcher::start(Arc::clone(&store), &bell)
             .map_err(FaultError::os("spawn fetch thread"))?;
         let counters = Arc::new(Counters::default());

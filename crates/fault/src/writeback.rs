@@ -7,9 +7,15 @@
 //!
 //! Order: one thread writes the jobs in the order they were sent, each to
 //! completion, so a page evicted twice reaches the store in the same order.
+//!
+//! With the compressed pool on, this thread also compresses the job's pages
+//! whose store copy is current once it is done (clean ones, and dirty ones
+//! written), off the fault path; the handler puts them in the pool when it
+//! settles the job (`evict.rs`).
 
 use crate::doorbell::Doorbell;
 use crate::mem::Mapping;
+use crate::zpool::{Packed, Packer};
 use memlend_store::{PageStore, StoreResult, WriteOp};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
@@ -19,17 +25,22 @@ use std::time::{Duration, Instant};
 /// Staging halves: one being written while the handler fills the other.
 pub(crate) const HALVES: usize = 2;
 
-/// One half's dirty pages, as (staging slot, page), slots absolute.
+/// One half's dirty pages, to write, and clean ones, only to compress; as
+/// (staging slot, page), slots absolute.
 pub(crate) struct Job {
     pub half: usize,
     pub staged: Vec<(usize, u32)>,
+    pub clean: Vec<(usize, u32)>,
 }
 
 pub(crate) struct Done {
     pub half: usize,
     pub staged: Vec<(usize, u32)>,
     pub result: StoreResult<()>,
+    /// The write alone, which sizes the batches.
     pub took: Duration,
+    /// Compressed copies for the pool (empty with the pool off).
+    pub packed: Packed,
 }
 
 pub(crate) struct Writer {
@@ -45,6 +56,7 @@ impl Writer {
         store: Arc<dyn PageStore>,
         staging: Arc<Mapping>,
         bell: Arc<Doorbell>,
+        mut packer: Option<Packer>,
     ) -> std::io::Result<Writer> {
         // At most one job per half is ever outstanding.
         let (jobs, job_rx) = sync_channel::<Job>(HALVES);
@@ -55,7 +67,14 @@ impl Writer {
                     let started = Instant::now();
                     let result = write_back(store.as_ref(), &staging, &job.staged);
                     let took = started.elapsed();
-                    let done = Done { half: job.half, staged: job.staged, result, took };
+                    let mut packed = Packed::default();
+                    if let Some(packer) = packer.as_mut() {
+                        let written = if result.is_ok() { &job.staged[..] } else { &[] };
+                        for &(slot, page) in job.clean.iter().chain(written) {
+                            packer.pack(page, staging.present_pages(slot, 1), &mut packed);
+                        }
+                    }
+                    let done = Done { half: job.half, staged: job.staged, result, took, packed };
                     if done_tx.send(done).is_err() {
                         return;
                     }

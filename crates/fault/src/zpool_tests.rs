@@ -143,3 +143,91 @@ fn the_limit_follows_the_cheaper_use_of_memory() {
     }
     assert!(pool.stats().limit_pages < start, "{} >= {start}", pool.stats().limit_pages);
 }
+
+/// Costs of the pool's two hot paths, on text-like pages (run with
+/// `--ignored --nocapture`; a measurement, not a check).
+#[test]
+#[ignore]
+fn measure_insert_and_take() {
+    let words = ["memory", "lend", "page", "\"field\":", "value", "donor", "fault", "zipf"];
+    let page_of = |page: u32| -> Vec<u8> {
+        let mut x = u64::from(page) | 1;
+        let mut out = Vec::with_capacity(PAGE_SIZE);
+        while out.len() < PAGE_SIZE {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            out.extend_from_slice(words[(x % 8) as usize].as_bytes());
+            out.push(b' ');
+        }
+        out.truncate(PAGE_SIZE);
+        out
+    };
+    let pages: Vec<Vec<u8>> = (0..4096).map(page_of).collect();
+    let mut pool = ZPool::new(4096).unwrap();
+    let started = cpu_ns();
+    for (page, bytes) in pages.iter().enumerate() {
+        pool.insert(page as u32, bytes);
+    }
+    let insert_ns = (cpu_ns() - started) / 4096;
+    let ratio = pool.stats().bytes_held as f64 / pool.stats().pages_held.max(1) as f64;
+    let mut out = vec![0u8; PAGE_SIZE];
+    let started = cpu_ns();
+    let mut taken = 0;
+    for page in 0..4096 {
+        taken += usize::from(pool.take(page, &mut out));
+    }
+    let take_ns = (cpu_ns() - started) / taken.max(1) as u64;
+    eprintln!(
+        "insert {insert_ns} ns, take {take_ns} ns of CPU ({taken} taken), {ratio:.0} B/page in"
+    );
+    let noise: Vec<Vec<u8>> = (0..4096).map(random).collect();
+    let started = cpu_ns();
+    for (page, bytes) in noise.iter().enumerate() {
+        assert!(!pool.insert(page as u32, bytes));
+    }
+    eprintln!("refusing a random page: {} ns of CPU", (cpu_ns() - started) / 4096);
+}
+
+/// This thread's CPU time: the machine may be busy, and wall time would
+/// count the other tasks.
+fn cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[test]
+fn after_a_run_of_refusals_one_page_in_eight_is_tried() {
+    let mut packer = Packer::default();
+    let mut packed = Packed::default();
+    for page in 0..32 {
+        packer.pack(page, &random(page), &mut packed);
+    }
+    assert_eq!((packed.refused, packed.pages.len()), (32, 0));
+    // Compressible pages again: most are skipped until one tried compresses
+    // and the run of refusals thins out.
+    let mut tried_before_kept = 0;
+    while packed.pages.is_empty() {
+        tried_before_kept += 1;
+        packer.pack(100, &compressible(100, 1), &mut packed);
+    }
+    assert!(tried_before_kept <= SAMPLE_EVERY, "{tried_before_kept} pages before one was tried");
+    let mut pool = ZPool::new(16).unwrap();
+    assert_eq!(pool.insert_packed(&packed, |_| true), 1);
+    assert_eq!(take(&mut pool, 100).unwrap(), compressible(100, 1));
+    assert!(pool.stats().pages_incompressible >= 32);
+}
+
+#[test]
+fn packed_pages_the_caller_calls_stale_are_not_kept() {
+    let mut packer = Packer::default();
+    let mut packed = Packed::default();
+    for page in 0..4 {
+        packer.pack(page, &compressible(page, 2), &mut packed);
+    }
+    let mut pool = ZPool::new(16).unwrap();
+    assert_eq!(pool.insert_packed(&packed, |page| page % 2 == 0), 2);
+    assert!(take(&mut pool, 1).is_none() && take(&mut pool, 2).is_some());
+}

@@ -176,3 +176,65 @@ fn a_region_that_fits_its_budget_keeps_no_pool() {
     let h = region.handler_stats();
     assert_eq!((h.pool_pages_held, h.pool_charged_pages), (0, 0), "{h:?}");
 }
+
+/// Three threads, each on its own pages, read and bump counters at random
+/// while their pages churn between the mapped set, the pool and the store
+/// (a quarter of the region fits). Every count must survive: a stale pool
+/// copy (a page compressed, then written, then served from the old copy)
+/// would lose increments. Every third bump also fills the rest of the page
+/// with noise and the next one clears it, so that a page's newer bytes
+/// often do not compress and leave no newer copy to replace an old one.
+#[test]
+fn counters_churning_through_the_pool_lose_no_increment() {
+    const THREADS: usize = 3;
+    const ROUNDS: usize = 30_000;
+    let region = region(true);
+    let base = region.as_ptr() as usize;
+    let counts: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut counts = vec![0u64; PAGES];
+                    let mut rng = Rng(0x1234 + t as u64);
+                    for _ in 0..ROUNDS {
+                        let page = rng.page() / THREADS * THREADS + t;
+                        if page >= PAGES {
+                            continue;
+                        }
+                        let word = (page * 7 + t) % WORDS_PER_PAGE;
+                        let ptr = (base + page * PAGE_SIZE + word * 8) as *mut u64;
+                        // SAFETY: an aligned word inside the live region, on
+                        // a page only thread `t` touches.
+                        let now = unsafe { ptr.read_volatile() };
+                        assert_eq!(now, counts[page], "thread {t} page {page}");
+                        // SAFETY: as above.
+                        unsafe { ptr.write_volatile(now + 1) };
+                        counts[page] += 1;
+                        let page_words = (base + page * PAGE_SIZE) as *mut u64;
+                        for other in (0..WORDS_PER_PAGE).filter(|&w| w != word) {
+                            let noise = match counts[page] % 3 {
+                                0 => incompressible(page, other, counts[page]),
+                                _ => 0,
+                            };
+                            // SAFETY: as above, another word of the same page.
+                            unsafe { page_words.add(other).write_volatile(noise) };
+                        }
+                    }
+                    counts
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let mut region = region;
+    let w = words(&mut region);
+    for (t, counts) in counts.iter().enumerate() {
+        for page in (t..PAGES).step_by(THREADS) {
+            let word = (page * 7 + t) % WORDS_PER_PAGE;
+            assert_eq!(w[page * WORDS_PER_PAGE + word], counts[page], "thread {t} page {page}");
+        }
+    }
+    let h = region.handler_stats();
+    assert!(h.faults_from_pool > 1000, "the pages went through the pool: {h:?}");
+    within_budget(&region);
+}
