@@ -11,6 +11,7 @@ APT_PACKAGES=(
   python3 python3-matplotlib python3-numpy  # benchmark tables and plots
   iproute2 iptables procps psmisc           # lab networking (and loss injection), process tools
   redis-server redis-tools                  # an unmodified program under memlend run
+  memcached                                 # another one (bench/apps.py)
 )
 
 missing=()
