@@ -9,12 +9,13 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 demo: setup build
 	scripts/demo.sh
 
-# --no-fail-fast: every failing test binary is reported, not just the first.
+# --no-fail-fast: every failing test binary is reported, not just the first;
+# the summary is printed whether or not cargo failed.
 test: setup lint build
 	@mkdir -p target && rm -f target/skipped.log
 	set -o pipefail; MEMLEND_SKIP_LOG=$(CURDIR)/target/skipped.log \
-	  cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test.log
-	@scripts/test-summary.sh target/test.log target/skipped.log
+	  cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test.log; \
+	  status=$$?; scripts/test-summary.sh target/test.log target/skipped.log && exit $$status
 	scripts/fuzz_smoke.sh
 
 setup:
