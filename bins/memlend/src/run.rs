@@ -18,8 +18,13 @@ use std::time::Instant;
 pub struct RunArgs {
     /// Local budget: most far pages resident at once (per process).
     /// Default: half of MemAvailable.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, conflicts_with = "mem")]
     pub local: Option<u64>,
+    /// Total memory per process instead: far pages, the compressed pool and
+    /// everything else the process holds stay within this. The far budget
+    /// follows what the rest of the process uses (checked every 50 ms).
+    #[arg(long, value_parser = parse_size)]
+    pub mem: Option<u64>,
     /// Size of the far region (per process). Default: 8x --local, at least
     /// 1 GiB, at most what the donors have free.
     #[arg(long, value_parser = parse_size)]
@@ -76,9 +81,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let given =
         a.preload.clone().or_else(|| std::env::var_os("MEMLEND_PRELOAD").map(PathBuf::from));
     let shim_path = find_shim(given.as_deref())?;
-    let local = match a.local {
-        Some(b) => b,
-        None => memlend_node::meminfo::Memory::read()?.available_bytes / 2,
+    let local = match (a.local, a.mem) {
+        (Some(b), _) | (None, Some(b)) => b,
+        (None, None) => memlend_node::meminfo::Memory::read()?.available_bytes / 2,
     };
     if local < 4096 {
         bail!("--local must be at least one page");
@@ -196,6 +201,10 @@ fn set_env(
         .env(shim::THRESHOLD, a.threshold.to_string())
         .env(shim::STATS_DIR, stats)
         .env(shim::COMPRESS, &a.compress);
+    match a.mem {
+        Some(mem) => cmd.env(shim::MEM, mem.to_string()),
+        None => cmd.env_remove(shim::MEM),
+    };
     let donors: Vec<String> = a.donors.iter().map(|d| d.to_string()).collect();
     let optional = [
         (shim::DONORS, (!donors.is_empty()).then(|| donors.join(","))),

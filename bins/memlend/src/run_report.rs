@@ -79,6 +79,13 @@ pub fn print(
             mean_us("fault_map_ns"),
         );
     }
+    let peak_rss = reports.iter().filter_map(|r| r["peak_rss_bytes"].as_u64()).max().unwrap_or(0);
+    let budget = reports.iter().filter_map(|r| r["budget_pages"].as_u64()).min().unwrap_or(0);
+    eprintln!(
+        "memlend run: peak resident set {} (the largest process); far budget at exit {}",
+        human(peak_rss),
+        human(budget * 4096)
+    );
     print_pool(reports);
     print_latency(reports);
     if sum(reports, "copy_legs") > 0 {

@@ -199,3 +199,35 @@ fn spawn_run(opts: &[&str], cmd: &[&str]) -> Reaped {
         .unwrap();
     Reaped(child)
 }
+
+/// `--mem`: the whole process stays within the limit while its memory
+/// outside far memory grows by a third of it, so the far budget must
+/// shrink to make room (`crates/preload/src/mem_limit.rs`).
+#[test]
+fn with_mem_the_whole_process_stays_within_it_as_the_rest_grows() {
+    let donor = Donor::start("256M");
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_grow", dir.path());
+    let cmd = [prog.to_str().unwrap(), "96", "24"];
+    let addr = donor.addr.to_string();
+    let far = memlend_run(&["--mem", "64M", "--donor", &addr, "--insecure"], &cmd);
+    assert_same_output_and_far(&far, &plain_run(&cmd));
+    let err = text(&far.stderr);
+    let line = err.lines().find(|l| l.contains("peak resident set")).expect(&err);
+    let mib = |after: &str| -> f64 {
+        let rest = &line[line.find(after).unwrap() + after.len()..];
+        let (num, unit) = rest.trim_start().split_once(' ').unwrap();
+        let scale = if unit.starts_with("GiB") {
+            1024.0
+        } else if unit.starts_with("KiB") {
+            1.0 / 1024.0
+        } else {
+            1.0
+        };
+        num.parse::<f64>().unwrap() * scale
+    };
+    let (peak, budget) = (mib("peak resident set"), mib("far budget at exit"));
+    // A MiB of slack for the 50 ms it takes to notice a step of growth.
+    assert!(peak <= 65.0, "the process went past --mem 64M: {line}");
+    assert!(budget < 40.0, "the far budget did not shrink for the 24 MiB grown: {line}");
+}

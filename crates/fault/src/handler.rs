@@ -135,6 +135,7 @@ impl Handler {
             }
             self.settle_done();
             self.poll_fetch();
+            self.follow_budget();
             self.empty_pool_if_all_fits();
             let ahead = self.wants_headroom();
             // Finished fetches and write-backs ring the bell; the short
@@ -259,6 +260,23 @@ impl Handler {
         if let Some(pool) = &self.zpool {
             self.counters.publish_pool(&pool.stats());
         }
+    }
+
+    /// Take a budget set by `Region::set_budget_pages`. Going down, the
+    /// pool's cap follows at once and eviction ahead brings the mapped
+    /// pages down (`wants_headroom` sees them over).
+    fn follow_budget(&mut self) {
+        let target = self.counters.budget_target_pages.load(Relaxed) as usize;
+        if target == 0 || target == self.budget_pages {
+            return;
+        }
+        self.budget_pages = target;
+        self.counters.budget_pages.store(target as u64, Relaxed);
+        if let Some(pool) = self.zpool.as_mut() {
+            pool.cap(crate::region::pool_pages_max(target - self.reserve_pages));
+        }
+        self.headroom_stalled = false;
+        self.publish_resident();
     }
 
     /// Once every page held fits the budget, all of them may be mapped:

@@ -85,8 +85,13 @@ const POOL_SHARE_MAX: (usize, usize) = (3, 4);
 /// Below this many pages of pool, compression is not worth its overhead.
 const POOL_PAGES_MIN: usize = 16;
 
+/// The most pages the pool may take of `mapped_pages`.
+pub(crate) fn pool_pages_max(mapped_pages: usize) -> usize {
+    mapped_pages * POOL_SHARE_MAX.0 / POOL_SHARE_MAX.1
+}
+
 fn pool_for(mapped_pages: usize) -> Result<Option<crate::zpool::ZPool>> {
-    let pool_pages = mapped_pages * POOL_SHARE_MAX.0 / POOL_SHARE_MAX.1;
+    let pool_pages = pool_pages_max(mapped_pages);
     if pool_pages < POOL_PAGES_MIN {
         return Ok(None);
     }
@@ -123,6 +128,7 @@ pub struct Region {
     counters: Arc<Counters>,
     discards: Arc<Discards>,
     reserve_pages: usize,
+    bell: Arc<Doorbell>,
     map: Mapping,
 }
 
@@ -170,6 +176,9 @@ impl Region {
         let fetcher = Fetcher::start(Arc::clone(&store), &bell)
             .map_err(FaultError::os("spawn fetch thread"))?;
         let counters = Arc::new(Counters::default());
+        counters
+            .budget_pages
+            .store(config.budget_pages as u64, std::sync::atomic::Ordering::Relaxed);
         let zpool = match tuning.compress {
             true => pool_for(config.budget_pages - reserve_pages)?,
             false => None,
@@ -192,7 +201,7 @@ impl Region {
             victims: Vec::with_capacity(batch.max()),
             writer,
             fetcher,
-            bell,
+            bell: Arc::clone(&bell),
             writing: std::collections::HashMap::with_capacity(staging_pages),
             batch,
             deferred: Vec::new(),
@@ -225,6 +234,7 @@ impl Region {
             counters,
             discards,
             reserve_pages,
+            bell,
             map,
         })
     }
@@ -265,6 +275,19 @@ impl Region {
     /// Replacement, prefetch, eviction-ahead and failure counters.
     pub fn handler_stats(&self) -> HandlerStats {
         self.counters.handler()
+    }
+
+    /// Change the budget (as `RegionConfig::budget_pages`), for an owner
+    /// that follows the memory the rest of its process uses. The handler
+    /// takes it at its next turn, woken now; going down, it evicts to the
+    /// new budget. It never goes below twice the reserved pages (the
+    /// handler's buffers must fit with room for mapped pages).
+    pub fn set_budget_pages(&self, budget_pages: usize) {
+        let budget_pages = budget_pages.max(2 * self.reserve_pages).max(1);
+        self.counters
+            .budget_target_pages
+            .store(budget_pages as u64, std::sync::atomic::Ordering::Relaxed);
+        self.bell.ring();
     }
 
     /// Make the handler fail as if it had panicked, at its next turn (the

@@ -50,6 +50,10 @@ pub(crate) struct Counters {
     /// Faults from the store and from the pool, message read to wake.
     pub store_fault_latency: crate::latency::Histogram,
     pub pool_fault_latency: crate::latency::Histogram,
+    /// The budget asked for by `Region::set_budget_pages` (0: as configured),
+    /// and the budget in force.
+    pub budget_target_pages: AtomicU64,
+    pub budget_pages: AtomicU64,
     /// Set by `Region::fail_handler_for_tests`: the handler panics at its
     /// next turn.
     pub fail_requested: std::sync::atomic::AtomicBool,
@@ -185,6 +189,8 @@ pub struct HandlerStats {
     pub fault_store_latency_ns_p50: u64,
     pub fault_store_latency_ns_p99: u64,
     pub fault_store_latency_ns_p999: u64,
+    /// The budget in force (`Region::set_budget_pages` changes it).
+    pub budget_pages: u64,
     /// The same for faults served from the compressed pool.
     pub fault_pool_latency_ns_p50: u64,
     pub fault_pool_latency_ns_p99: u64,
@@ -259,6 +265,7 @@ impl Counters {
             pool_bytes_held: self.pool_bytes_held.load(Relaxed),
             pool_charged_pages: self.pool_charged_pages.load(Relaxed),
             pool_limit_pages: self.pool_limit_pages.load(Relaxed),
+            budget_pages: self.budget_pages.load(Relaxed),
             fault_store_latency_ns_p50: self.store_fault_latency.quantile_ns(0.50),
             fault_store_latency_ns_p99: self.store_fault_latency.quantile_ns(0.99),
             fault_store_latency_ns_p999: self.store_fault_latency.quantile_ns(0.999),

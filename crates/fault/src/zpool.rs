@@ -136,7 +136,10 @@ pub(crate) struct ZPool {
     low_free_word: usize,
     chunks_used: usize,
     limit_pages: usize,
+    /// The arena's size: the most the limit can ever be.
     limit_max_pages: usize,
+    /// The most the limit may be now (the budget may have shrunk).
+    limit_cap_pages: usize,
     top_pages: usize,
     entries: HashMap<u32, Entry>,
     order: VecDeque<(u32, u64)>,
@@ -189,6 +192,7 @@ impl ZPool {
             chunks_used: 0,
             limit_pages: limit_max_pages / 2,
             limit_max_pages,
+            limit_cap_pages: limit_max_pages,
             top_pages: 0,
             entries: HashMap::new(),
             order: VecDeque::new(),
@@ -466,16 +470,25 @@ impl ZPool {
         self.epoch = Epoch::default();
         let step = self.step_pages();
         if saved_by_pool > saved_by_resident {
-            self.limit_pages = (self.limit_pages + step).min(self.limit_max_pages);
+            self.limit_pages = (self.limit_pages + step).min(self.limit_cap_pages);
         } else if saved_by_resident > saved_by_pool {
             self.set_limit(self.limit_pages.saturating_sub(step));
+        }
+    }
+
+    /// The budget changed: the limit may go up to `cap_pages` from now on
+    /// (never past the arena), and comes down to it at once.
+    pub(crate) fn cap(&mut self, cap_pages: usize) {
+        self.limit_cap_pages = cap_pages.min(self.limit_max_pages);
+        if self.limit_pages > self.limit_cap_pages {
+            self.set_limit(self.limit_cap_pages);
         }
     }
 
     /// Lower (or raise) the limit; entries with chunks at or above a lower
     /// limit are dropped and their memory given back.
     pub(crate) fn set_limit(&mut self, limit_pages: usize) {
-        let limit_pages = limit_pages.min(self.limit_max_pages);
+        let limit_pages = limit_pages.min(self.limit_cap_pages);
         if limit_pages < self.top_pages {
             let (from, to) = (limit_pages * CHUNKS_PER_PAGE, self.top_pages * CHUNKS_PER_PAGE);
             for chunk in from..to {

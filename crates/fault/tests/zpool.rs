@@ -238,3 +238,28 @@ fn counters_churning_through_the_pool_lose_no_increment() {
     assert!(h.faults_from_pool > 1000, "the pages went through the pool: {h:?}");
     within_budget(&region);
 }
+
+/// A budget lowered while the region is in use (as `memlend run --mem`
+/// does when the rest of the process grows): the mapped pages and the pool
+/// come down to it, and every byte stays.
+#[test]
+fn a_lowered_budget_is_followed_by_mapped_pages_and_pool() {
+    let mut region = region(true);
+    fill(&mut region, compressible, 9);
+    let lower = BUDGET_PAGES / 2;
+    region.set_budget_pages(lower);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let fits = |region: &Region| {
+        let h = region.handler_stats();
+        region.stats().pages_resident + h.pool_charged_pages <= lower as u64
+    };
+    while !fits(&region) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (basic, h) = (region.stats(), region.handler_stats());
+    assert!(fits(&region), "not within {lower} after 5 s: {basic:?} {h:?}");
+    assert_eq!(h.budget_pages, lower as u64);
+    verify(&mut region, compressible, &[9; PAGES]);
+    let (basic, h) = (region.stats(), region.handler_stats());
+    assert!(basic.pages_resident + h.pool_charged_pages <= lower as u64, "{basic:?} {h:?}");
+}

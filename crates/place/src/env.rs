@@ -24,6 +24,9 @@ pub const THRESHOLD: &str = "MEMLEND_THRESHOLD";
 /// With a pool: the first lease's size (`64M`); later ones double, up to
 /// 2 GiB, each leased when the region first writes to it.
 pub const LEASE_FIRST: &str = "MEMLEND_LEASE_FIRST";
+/// Total memory of the process in bytes (`memlend run --mem`): the far
+/// budget follows what the rest of the process uses, to stay within it.
+pub const MEM: &str = "MEMLEND_MEM";
 /// "lz4" (the default) or "off": keep evicted pages that compress in a
 /// local pool carved from the budget.
 pub const COMPRESS: &str = "MEMLEND_COMPRESS";

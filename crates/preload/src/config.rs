@@ -6,7 +6,7 @@ use memlend_place::Placement;
 use std::path::PathBuf;
 
 use memlend_place::env::{COMPRESS as ENV_COMPRESS, DEFAULT_THRESHOLD_BYTES};
-use memlend_place::env::{DONORS as ENV_DONORS, FAR as ENV_FAR};
+use memlend_place::env::{DONORS as ENV_DONORS, FAR as ENV_FAR, MEM as ENV_MEM};
 use memlend_place::env::{INSECURE as ENV_INSECURE, KEY as ENV_KEY, LOCAL as ENV_LOCAL};
 use memlend_place::env::{NO_ENCRYPT as ENV_NO_ENCRYPT, REDUNDANCY as ENV_REDUNDANCY};
 use memlend_place::env::{
@@ -25,6 +25,9 @@ pub struct Config {
     pub stats_dir: Option<PathBuf>,
     /// Keep evicted pages that compress in a local pool (`MEMLEND_COMPRESS`).
     pub compress: bool,
+    /// The whole process stays within this (`MEMLEND_MEM`): the far budget
+    /// is what the rest of the process leaves of it.
+    pub mem_bytes: Option<u64>,
 }
 
 /// Read the config; `Ok(None)` when the shim is not asked to do anything.
@@ -65,7 +68,16 @@ pub fn from_env() -> Result<Option<Config>> {
         Some("off") => false,
         Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4 or off"),
     };
-    Ok(Some(Config { local_bytes, far_bytes, threshold_bytes, placement, stats_dir, compress }))
+    let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;
+    Ok(Some(Config {
+        local_bytes,
+        far_bytes,
+        threshold_bytes,
+        placement,
+        stats_dir,
+        compress,
+        mem_bytes,
+    }))
 }
 
 fn var(name: &str) -> Option<String> {

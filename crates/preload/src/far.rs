@@ -27,6 +27,8 @@ static BASE: AtomicUsize = AtomicUsize::new(0);
 static LEN: AtomicUsize = AtomicUsize::new(0);
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static HEAP: OnceLock<Heap> = OnceLock::new();
+/// The process's resident set when the heap was made (`--mem`).
+static START_REST: AtomicUsize = AtomicUsize::new(0);
 
 pub struct Heap {
     pub region: Region,
@@ -93,6 +95,9 @@ fn start() -> Option<&'static Heap> {
             OWNER_PID.store(std::process::id(), Relaxed);
             STATE.store(READY, std::sync::atomic::Ordering::Release);
             crate::report::at_exit();
+            if let Some(mem) = cfg.mem_bytes {
+                crate::mem_limit::follow(HEAP.get()?, mem, START_REST.load(Relaxed) as u64);
+            }
             HEAP.get()
         }
         Ok(Err(e)) => fail(&format!("{e:#}")),
@@ -117,7 +122,13 @@ fn build(cfg: &Config) -> Result<Heap> {
     crate::report::init_logging();
     let opened = cfg.placement.open(cfg.far_bytes.map(|b| b.div_ceil(PAGE_SIZE as u64)))?;
     let pages = opened.pages.min(u64::from(u32::MAX));
-    let budget_pages = (cfg.local_bytes / PAGE_SIZE as u64).max(1) as usize;
+    let start_rest = crate::mem_limit::rest_bytes(0);
+    START_REST.store(start_rest as usize, Relaxed);
+    let local_bytes = match cfg.mem_bytes {
+        Some(mem) => crate::mem_limit::budget_bytes(mem, start_rest, start_rest),
+        None => cfg.local_bytes,
+    };
+    let budget_pages = (local_bytes / PAGE_SIZE as u64).max(1) as usize;
     let rc = RegionConfig {
         size_bytes: pages as usize * PAGE_SIZE,
         budget_pages,

@@ -92,7 +92,8 @@ fn write_stats() -> std::io::Result<()> {
          \"pool_charged_pages\":{},\"pool_limit_pages\":{},\
          \"fault_store_latency_ns_p50\":{},\"fault_store_latency_ns_p99\":{},\
          \"fault_store_latency_ns_p999\":{},\"fault_pool_latency_ns_p50\":{},\
-         \"fault_pool_latency_ns_p99\":{},\"fault_pool_latency_ns_p999\":{},",
+         \"fault_pool_latency_ns_p99\":{},\"fault_pool_latency_ns_p999\":{},\
+         \"budget_pages\":{},\"peak_rss_bytes\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -110,6 +111,8 @@ fn write_stats() -> std::io::Result<()> {
         h.fault_pool_latency_ns_p50,
         h.fault_pool_latency_ns_p99,
         h.fault_pool_latency_ns_p999,
+        h.budget_pages,
+        peak_rss_bytes(),
     );
     let m = heap.copies.stats();
     let _ = write!(
@@ -119,4 +122,12 @@ fn write_stats() -> std::io::Result<()> {
     );
     let path = dir.join(format!("{}.json", std::process::id()));
     std::fs::write(path, j)
+}
+
+/// The process's peak resident set (VmHWM), 0 if unreadable.
+fn peak_rss_bytes() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return 0 };
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"));
+    let kib = line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok());
+    kib.unwrap_or(0) * 1024
 }
