@@ -86,6 +86,13 @@ pub fn print(
         human(peak_rss),
         human(budget * 4096)
     );
+    let waits = sum(reports, "staging_waits");
+    if waits > 0 {
+        eprintln!(
+            "memlend run: evictions waited for a write-back job {waits} times, {:.1} ms in all",
+            sum(reports, "staging_wait_ns") as f64 / 1e6
+        );
+    }
     print_pool(reports);
     print_latency(reports);
     if sum(reports, "copy_legs") > 0 {

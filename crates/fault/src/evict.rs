@@ -160,7 +160,10 @@ impl Handler {
         if let Some(half) = self.writer.free_half() {
             return half;
         }
+        let waiting = Instant::now();
         let done = self.writer.wait().expect("no free half means a job is out");
+        Counters::add(&self.counters.staging_waits, 1);
+        Counters::add(&self.counters.staging_wait_ns, waiting.elapsed().as_nanos() as u64);
         self.settle(done);
         self.writer.free_half().expect("a job just finished")
     }

@@ -80,8 +80,10 @@ fn reserve_pages(budget_pages: usize, staging_pages: usize, window_pages: usize)
 }
 
 /// The compressed pool may take at most this share of the mapped budget:
-/// the rest stays for pages in use.
-const POOL_SHARE_MAX: (usize, usize) = (3, 4);
+/// the rest stays for pages in use. (zswap's default cap is a fifth of
+/// RAM. At 3/4, redis with text values at a quarter local ran the pool to
+/// its cap and its hot pages cycled through it: 2.4 faults an operation.)
+const POOL_SHARE_MAX: (usize, usize) = (1, 2);
 /// Below this many pages of pool, compression is not worth its overhead.
 const POOL_PAGES_MIN: usize = 16;
 

@@ -36,6 +36,8 @@ pub(crate) struct Counters {
     pub store_read_ns: AtomicU64,
     pub store_map_ns: AtomicU64,
     pub from_pool: AtomicU64,
+    pub staging_waits: AtomicU64,
+    pub staging_wait_ns: AtomicU64,
     pub pool_read_ns: AtomicU64,
     pub pool_map_ns: AtomicU64,
     /// The compressed pool's own figures, published by the handler.
@@ -191,6 +193,10 @@ pub struct HandlerStats {
     pub fault_store_latency_ns_p999: u64,
     /// The budget in force (`Region::set_budget_pages` changes it).
     pub budget_pages: u64,
+    /// Evictions that found both staging halves held by write-back jobs
+    /// and waited for one, and the nanoseconds they waited in all.
+    pub staging_waits: u64,
+    pub staging_wait_ns: u64,
     /// The same for faults served from the compressed pool.
     pub fault_pool_latency_ns_p50: u64,
     pub fault_pool_latency_ns_p99: u64,
@@ -266,6 +272,8 @@ impl Counters {
             pool_charged_pages: self.pool_charged_pages.load(Relaxed),
             pool_limit_pages: self.pool_limit_pages.load(Relaxed),
             budget_pages: self.budget_pages.load(Relaxed),
+            staging_waits: self.staging_waits.load(Relaxed),
+            staging_wait_ns: self.staging_wait_ns.load(Relaxed),
             fault_store_latency_ns_p50: self.store_fault_latency.quantile_ns(0.50),
             fault_store_latency_ns_p99: self.store_fault_latency.quantile_ns(0.99),
             fault_store_latency_ns_p999: self.store_fault_latency.quantile_ns(0.999),

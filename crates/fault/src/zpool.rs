@@ -37,6 +37,8 @@ const CHUNKS_PER_PAGE: usize = PAGE_SIZE / CHUNK_BYTES;
 /// would save under a quarter of its memory.
 pub(crate) const KEEP_BYTES_MAX: usize = 3 * 1024;
 const NONE: u32 = u32::MAX;
+/// Compressing a page, before any is measured (about what lz4 takes here).
+const PACK_NS_GUESS: u64 = 6_000;
 /// Pool hits and far misses between two looks at the limit.
 const EPOCH_EVENTS: u64 = 512;
 /// The limit moves by this share of its maximum per epoch.
@@ -55,6 +57,8 @@ pub(crate) struct Packed {
     pages: Vec<(u32, usize, usize)>,
     /// Pages that did not compress, or were not tried.
     refused: u64,
+    /// Nanoseconds spent compressing (the pages kept and refused alike).
+    pack_ns: u64,
 }
 
 /// Compresses pages for the pool, on the write-back thread.
@@ -83,7 +87,9 @@ impl Packer {
                 return;
             }
         }
+        let packing = std::time::Instant::now();
         let len = lz4_flex::block::compress_into(bytes, &mut self.scratch).ok();
+        out.pack_ns += packing.elapsed().as_nanos() as u64;
         let kept = len.filter(|&len| len <= KEEP_BYTES_MAX);
         self.refusals = (self.refusals << 1) | u32::from(kept.is_none());
         match kept {
@@ -154,6 +160,9 @@ pub(crate) struct ZPool {
     gathered: Vec<u8>,
     epoch: Epoch,
     stats: PoolStats,
+    /// Compression time and pages kept, for its mean cost per kept page.
+    pack_ns: u64,
+    packed_pages: u64,
 }
 
 /// Signals gathered since the limit last moved.
@@ -204,6 +213,8 @@ impl ZPool {
             gathered: vec![0; KEEP_BYTES_MAX],
             epoch: Epoch::default(),
             stats: PoolStats::default(),
+            pack_ns: 0,
+            packed_pages: 0,
         })
     }
 
@@ -242,6 +253,8 @@ impl ZPool {
         current: impl Fn(u32) -> bool,
     ) -> usize {
         self.stats.pages_incompressible += packed.refused;
+        self.pack_ns += packed.pack_ns;
+        self.packed_pages += packed.pages.len() as u64;
         let mut kept = 0;
         for &(page, offset, len) in &packed.pages {
             if !current(page) {
@@ -465,14 +478,21 @@ impl ZPool {
         if self.epoch.events < EPOCH_EVENTS {
             return;
         }
-        let saved_by_pool = self.epoch.near_ghost_hits * costs.far_ns.saturating_sub(costs.pool_ns);
-        let saved_by_resident = self.epoch.newest_hits * costs.pool_ns;
+        // A page served from the pool was compressed to get there: on a
+        // machine whose cores are all busy that is as much a cost as the
+        // fault's own time.
+        let pack_ns = self.pack_ns.checked_div(self.packed_pages).unwrap_or(PACK_NS_GUESS);
+        let pool_ns = costs.pool_ns + pack_ns;
+        let saved_by_pool = self.epoch.near_ghost_hits * costs.far_ns.saturating_sub(pool_ns);
+        let saved_by_resident = self.epoch.newest_hits * pool_ns;
         self.epoch = Epoch::default();
         let step = self.step_pages();
         if saved_by_pool > saved_by_resident {
             self.limit_pages = (self.limit_pages + step).min(self.limit_cap_pages);
         } else if saved_by_resident > saved_by_pool {
-            self.set_limit(self.limit_pages.saturating_sub(step));
+            // Never to nothing: with no drops there are no ghosts, and the
+            // limit could never learn to grow again.
+            self.set_limit(self.limit_pages.saturating_sub(step).max(step));
         }
     }
 

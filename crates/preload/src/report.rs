@@ -93,7 +93,7 @@ fn write_stats() -> std::io::Result<()> {
          \"fault_store_latency_ns_p50\":{},\"fault_store_latency_ns_p99\":{},\
          \"fault_store_latency_ns_p999\":{},\"fault_pool_latency_ns_p50\":{},\
          \"fault_pool_latency_ns_p99\":{},\"fault_pool_latency_ns_p999\":{},\
-         \"budget_pages\":{},\"peak_rss_bytes\":{},",
+         \"budget_pages\":{},\"peak_rss_bytes\":{},\"staging_waits\":{},\"staging_wait_ns\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -113,6 +113,8 @@ fn write_stats() -> std::io::Result<()> {
         h.fault_pool_latency_ns_p999,
         h.budget_pages,
         peak_rss_bytes(),
+        h.staging_waits,
+        h.staging_wait_ns,
     );
     let m = heap.copies.stats();
     let _ = write!(
