@@ -28,7 +28,9 @@ found and the value is the right length and carries its own key and body hash.
 
 Each run, for each peer: start the server; load every record (untimed, pipelined SETs;
 inside the limit for the limited peers); warm up (untimed: 2x records ops or --warm-seconds,
-whichever ends first); the timed phase (--seconds); then verify: DBSIZE (redis) / curr_items
+whichever ends first; a peer that the memcg OOM killer ends during a full-speed load is
+run once more with a gentle load, 1 connection x 8 SETs in flight, and its row says so); the
+timed phase (--seconds); then verify: DBSIZE (redis) / curr_items
 (memcached) equals the record count, 200 random keys read back whole and right, no miss in
 any phase, no memcg OOM kill; stop the server (redis: SHUTDOWN NOSAVE; memcached: SIGTERM)
 so that memlend prints its summary.
@@ -384,8 +386,9 @@ class Bench:
         server = None
         try:
             common.wait_port(dport)
-            # the empty server, with a --local as small as a run's (--mem far above what it uses)
-            argv = self.memlend_argv(dport, self.a.memlend_args, 4 << 30, app.argv(port, self.workdir, self.a),
+            # the empty server with a --local as small as a run's (even where --mem exists: --mem
+            # sizes the far budget from what the process holds, so it says nothing about this)
+            argv = self.memlend_argv(dport, self.a.memlend_args, None, app.argv(port, self.workdir, self.a),
                                      64 * MIB)
             server = self._plain(app, argv, port, f"overhead_{app.name}")
             # a few records in and out, so that the far region is opened, as in a real run
@@ -408,7 +411,9 @@ class Bench:
         return max(1 << 30, 2 * self.a.size + 256 * MIB)
 
     def memlend_argv(self, dport, args, limit, server_argv, local=None):
-        budget = ["--mem", f"{limit // MIB}M"] if self.has_mem else ["--local", f"{(local or 0) // MIB}M"]
+        """memlend run ... -- server_argv: `--mem limit` where it exists and limit is given,
+        else `--local local`."""
+        budget = ["--mem", f"{limit // MIB}M"] if self.has_mem and limit else ["--local", f"{local // MIB}M"]
         return ([self.bin["memlend"], "run"] + budget + ["--far", human(self.far()), "--preload",
                                                          self.bin["libmemlend_preload.so"], "--donor",
                                                          f"127.0.0.1:{dport}", "--insecure"]
@@ -438,7 +443,23 @@ class Bench:
             pass
         UNDO.done(tok)
 
-    def run(self, app, mix, peer, frac, limit, records, oh):
+    def run_peer(self, app, mix, peer, frac, limit, records, oh):
+        """run(), and once more with a gentle load if the memcg OOM killer ended the server
+        during a full-speed load: 16 connections x 64 SETs in flight fill memory at ~100-200
+        MB/s, faster than swap to this disk can take it (memcached, 512 MiB at 25%: killed 1.7 s
+        into its load once, fine in the next cell). The row says so."""
+        row = self.run(app, mix, peer, frac, limit, records, oh)
+        if peer != "local" and row.get("cg_oom_kills") and row.get("load_failed"):
+            first = row
+            log("    OOM-killed during the load: once more, loading through 1 connection x 8 in flight")
+            row = self.run(app, mix, peer, frac, limit, records, oh, gentle=True)
+            row["first_try"] = {k: first.get(k) for k in ("note", "load_s", "cg_max_usage_mib", "pswpout", "zswpout",
+                                                          "cg_usage_after_load_mib")}
+            row["note"] = ("the first try was OOM-killed in a full-speed load; this is the rerun with a gentle "
+                           "load; " + (row.get("note") or "")).rstrip("; ")
+        return row
+
+    def run(self, app, mix, peer, frac, limit, records, oh, gentle=False):
         """One run of `app` under `peer`: load, warm-up, timed phase, verification. The row."""
         a, m = self.a, self.machine
         mix_name, read_pct = mix
@@ -527,12 +548,14 @@ class Bench:
             server = holder["server"] = Proc(argv, os.path.join(self.workdir, f"server_{tag}.log"), m.cg)
             app.ready(port, server)
             # load: every record once, untimed, inside the limit
-            res = run_json(self.ycsb_args(app, port, records, ["--load", "--threads", str(a.threads)]),
-                           max(600, records / 500))
+            load = ["--threads", "1", "--load-pipeline", "8"] if gentle else ["--threads", str(a.threads)]
+            row["load_args"] = " ".join(load)
+            res = run_json(self.ycsb_args(app, port, records, ["--load"] + load), max(600, records / 200))
             row["load_s"] = res.get("seconds")
             row["load_ops_per_s"] = res.get("ops_per_s")
             if "error" in res or res.get("errors") or res.get("ops") != records:
                 errors.append(f"load: {res.get('error') or res.get('first_error') or res.get('ops')}")
+                row["load_failed"] = True
             row["cg_usage_after_load_mib"] = round((cg_read(m, "memory.usage_in_bytes") or 0) / MIB, 1)
             common_args = ["--threads", str(a.threads), "--pipeline", str(a.pipeline), "--read-pct", str(read_pct)]
             # warm-up: untimed, 2x records ops or --warm-seconds
@@ -974,13 +997,15 @@ def main():
                 c["memlend_overhead_mib"] = round(oh / MIB, 1)
                 c["memlend_overhead_from"] = ("--memlend-overhead" if a.memlend_overhead is not None else
                                               f"measured {usage / MIB:.1f} MiB + margin {margin / MIB:.0f} MiB")
+                if has_mem:
+                    c["memlend_overhead_used"] = False
                 log(f"   memlend overhead: {oh / MIB:.1f} MiB ({c['memlend_overhead_from']}; the empty server "
-                    f"under memlend peaked at {peak / MIB:.1f} MiB)" +
-                    ("; memlend run has --mem: used instead of --local" if has_mem else ""))
+                    f"under memlend --local 64M peaked at {peak / MIB:.1f} MiB)" +
+                    ("; NOT USED: memlend run has --mem, so the memlend peers get --mem LIMIT" if has_mem else ""))
             base = None
             for mix in mixes:
                 log(f"== {app_name} {mix[0]}: local")
-                row = bench.run(app, mix, "local", None, None, records, oh)
+                row = bench.run_peer(app, mix, "local", None, None, records, oh)
                 rows.append(row)
                 log("   ", json.dumps({k: row.get(k) for k in ("ops_per_s", "p50_us", "p99_us", "cg_max_usage_mib",
                                                              "x_2x_threads", "ok", "note")}))
@@ -1000,7 +1025,7 @@ def main():
                     n_cell += 1
                     for peer in others[k:] + others[:k]:
                         log(f"== {app_name} {mix[0]} {f}% ({limit // MIB} MiB): {peer}")
-                        row = bench.run(app, mix, peer, f, limit, records, oh)
+                        row = bench.run_peer(app, mix, peer, f, limit, records, oh)
                         rows.append(row)
                         log("   ", json.dumps({k: row.get(k) for k in ("ops_per_s", "p50_us", "p99_us",
                                                                      "cg_max_usage_mib", "total_peak_mib",
@@ -1054,7 +1079,7 @@ def main():
     for app_name, c in cal.items():
         print(f"{app_name}: {c['records']:,} records, {c['bytes_per_record']} B each; all-local usage "
               f"{c.get('local_usage_mib')} MiB; memlend overhead {c.get('memlend_overhead_mib')} MiB "
-              f"({c.get('memlend_overhead_from')})")
+              f"({c.get('memlend_overhead_from')})" + ("; not used: --mem LIMIT" if has_mem else ""))
     print(f"wall time: {meta['wall_s'] / 60:.1f} min")
     bad = [r for r in rows if r.get("ok") is False]
     if bad:
