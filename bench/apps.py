@@ -836,7 +836,9 @@ def plot(path, rows, peers, title):
             ax.set_title(f"{app}, {mix}", fontsize=10)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(title, fontsize=9)
+    import textwrap
+
+    fig.suptitle("\n".join(textwrap.wrap(title, 130)), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
