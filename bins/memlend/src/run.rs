@@ -64,10 +64,11 @@ pub struct RunArgs {
     /// libmemlend_preload.so beside this binary.
     #[arg(long)]
     pub preload: Option<PathBuf>,
-    /// Keep evicted pages that compress in a local pool carved from the
-    /// budget (`lz4`), so a fault on one needs no store read; `off`: every
-    /// evicted page goes to the store alone.
-    #[arg(long, default_value = "lz4", value_parser = ["lz4", "off"])]
+    /// `lz4`: keep evicted pages that compress in a local pool carved from
+    /// the budget, so a fault on one needs no store read. Off by default:
+    /// on redis under a zipfian load at a quarter local it measured no gain
+    /// (docs/run.md).
+    #[arg(long, default_value = "off", value_parser = ["lz4", "off"])]
     pub compress: String,
     /// Print no summary at the end.
     #[arg(long, short)]

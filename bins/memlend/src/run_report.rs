@@ -109,6 +109,7 @@ pub fn print(
 fn print_pool(reports: &[Value]) {
     let stored = sum(reports, "pool_pages_stored");
     let incompressible = sum(reports, "pool_pages_incompressible");
+    let skipped = sum(reports, "pool_pages_skipped");
     if stored + incompressible == 0 {
         return;
     }
@@ -120,7 +121,7 @@ fn print_pool(reports: &[Value]) {
     };
     let mean = |key| sum(reports, key) as f64 / from_pool.max(1) as f64 / 1000.0;
     eprintln!(
-        "memlend run: compressed pool: {from_pool} faults served ({:.1} us decompressing, {:.1} us mapping, means); {stored} pages kept, {incompressible} did not compress; at exit {held} pages in {}{ratio}",
+        "memlend run: compressed pool: {from_pool} faults served ({:.1} us decompressing, {:.1} us mapping, means); {stored} pages kept, {incompressible} did not compress, {skipped} not tried (pool at its smallest); at exit {held} pages in {}{ratio}",
         mean("fault_pool_read_ns"),
         mean("fault_pool_map_ns"),
         human(sum(reports, "pool_charged_pages") * 4096),

@@ -136,8 +136,13 @@ impl Handler {
         self.victims = victims;
         self.drop_clean(&clean);
         // With the pool on, clean victims go to the write-back thread too,
-        // to be compressed there.
-        let clean = if self.zpool.is_some() { clean } else { Vec::new() };
+        // to be compressed there: always with dirty ones, alone when the
+        // pool wants them.
+        let wanted = match self.zpool.as_mut() {
+            Some(pool) => !dirty.is_empty() || pool.wants_clean_batch(),
+            None => false,
+        };
+        let clean = if wanted { clean } else { Vec::new() };
         // A page of zeroes needs no store copy: as Empty it is zero-filled
         // on the next touch, whatever the store holds.
         for &(_, page) in &zero {

@@ -171,7 +171,11 @@ impl Region {
             .register(staging.addr(), staging.len_bytes(), false)
             .map_err(FaultError::os("register staging"))?;
         let bell = Arc::new(Doorbell::new().map_err(FaultError::os("eventfd"))?);
-        let packer = tuning.compress.then(crate::zpool::Packer::default);
+        let zpool = match tuning.compress {
+            true => pool_for(config.budget_pages - reserve_pages)?,
+            false => None,
+        };
+        let packer = zpool.as_ref().map(crate::zpool::ZPool::packer);
         let writer =
             Writer::start(Arc::clone(&store), Arc::clone(&staging), Arc::clone(&bell), packer)
                 .map_err(FaultError::os("spawn write-back thread"))?;
@@ -181,10 +185,6 @@ impl Region {
         counters
             .budget_pages
             .store(config.budget_pages as u64, std::sync::atomic::Ordering::Relaxed);
-        let zpool = match tuning.compress {
-            true => pool_for(config.budget_pages - reserve_pages)?,
-            false => None,
-        };
         let discards = Arc::new(Discards::default());
         let handler = Handler {
             uffd,

@@ -43,6 +43,7 @@ pub(crate) struct Counters {
     /// The compressed pool's own figures, published by the handler.
     pub pool_pages_stored: AtomicU64,
     pub pool_pages_incompressible: AtomicU64,
+    pub pool_pages_skipped: AtomicU64,
     pub pool_pages_dropped: AtomicU64,
     pub pool_ghost_hits: AtomicU64,
     pub pool_pages_held: AtomicU64,
@@ -177,6 +178,8 @@ pub struct HandlerStats {
     /// against the budget now and the most it may take now (pages).
     pub pool_pages_stored: u64,
     pub pool_pages_incompressible: u64,
+    /// Victims not compressed while the pool was at its smallest.
+    pub pool_pages_skipped: u64,
     pub pool_pages_dropped: u64,
     pub pool_ghost_hits: u64,
     pub pool_pages_held: u64,
@@ -221,6 +224,7 @@ impl Counters {
         let set = |counter: &AtomicU64, v: u64| counter.store(v, Relaxed);
         set(&self.pool_pages_stored, pool.pages_stored);
         set(&self.pool_pages_incompressible, pool.pages_incompressible);
+        set(&self.pool_pages_skipped, pool.pages_skipped);
         set(&self.pool_pages_dropped, pool.pages_dropped);
         set(&self.pool_ghost_hits, pool.ghost_hits);
         set(&self.pool_pages_held, pool.pages_held);
@@ -265,6 +269,7 @@ impl Counters {
             fault_pool_map_ns: self.pool_map_ns.load(Relaxed),
             pool_pages_stored: self.pool_pages_stored.load(Relaxed),
             pool_pages_incompressible: self.pool_pages_incompressible.load(Relaxed),
+            pool_pages_skipped: self.pool_pages_skipped.load(Relaxed),
             pool_pages_dropped: self.pool_pages_dropped.load(Relaxed),
             pool_ghost_hits: self.pool_ghost_hits.load(Relaxed),
             pool_pages_held: self.pool_pages_held.load(Relaxed),

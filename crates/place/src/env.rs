@@ -27,7 +27,7 @@ pub const LEASE_FIRST: &str = "MEMLEND_LEASE_FIRST";
 /// Total memory of the process in bytes (`memlend run --mem`): the far
 /// budget follows what the rest of the process uses, to stay within it.
 pub const MEM: &str = "MEMLEND_MEM";
-/// "lz4" (the default) or "off": keep evicted pages that compress in a
+/// "lz4" or "off" (the default): keep evicted pages that compress in a
 /// local pool carved from the budget.
 pub const COMPRESS: &str = "MEMLEND_COMPRESS";
 /// Directory for each process's `<pid>.json` counters at exit.

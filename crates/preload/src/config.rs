@@ -64,8 +64,8 @@ pub fn from_env() -> Result<Option<Config>> {
     }
     let stats_dir = var(ENV_STATS_DIR).map(PathBuf::from);
     let compress = match var(ENV_COMPRESS).as_deref() {
-        None | Some("lz4") => true,
-        Some("off") => false,
+        Some("lz4") => true,
+        None | Some("off") => false,
         Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4 or off"),
     };
     let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;

@@ -93,7 +93,7 @@ fn write_stats() -> std::io::Result<()> {
          \"fault_store_latency_ns_p50\":{},\"fault_store_latency_ns_p99\":{},\
          \"fault_store_latency_ns_p999\":{},\"fault_pool_latency_ns_p50\":{},\
          \"fault_pool_latency_ns_p99\":{},\"fault_pool_latency_ns_p999\":{},\
-         \"budget_pages\":{},\"peak_rss_bytes\":{},\"staging_waits\":{},\"staging_wait_ns\":{},",
+         \"budget_pages\":{},\"peak_rss_bytes\":{},\"staging_waits\":{},\"staging_wait_ns\":{},\"pool_pages_skipped\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -115,6 +115,7 @@ fn write_stats() -> std::io::Result<()> {
         peak_rss_bytes(),
         h.staging_waits,
         h.staging_wait_ns,
+        h.pool_pages_skipped,
     );
     let m = heap.copies.stats();
     let _ = write!(
