@@ -5,6 +5,7 @@ mod bench;
 mod donor;
 mod far;
 mod lab;
+mod replay;
 mod run;
 mod run_report;
 mod status;
@@ -38,6 +39,9 @@ enum Cmd {
     /// Run a program with its large allocations in far memory: on donors
     /// (--donor) or a local SSD file. Prints what far memory did at the end.
     Run(run::RunArgs),
+    /// Replay page-access traces (`run --trace`) through eviction
+    /// policies; print misses against Belady's optimum.
+    Replay(replay::ReplayArgs),
     /// A cluster on one machine: namespaces, a bridge, cgroups, daemons.
     Lab(lab::LabArgs),
     /// Hold memory in a detached process (in a lab node with --node).
@@ -61,6 +65,7 @@ fn main() {
         Cmd::Far(a) => far::run(&a),
         Cmd::Run(a) => run::run(&a),
         Cmd::Lab(a) => lab::run(&a),
+        Cmd::Replay(a) => replay::run(&a),
         Cmd::Balloon(a) => balloon::run(&a),
         Cmd::BalloonHold(a) => balloon::hold(&a),
         Cmd::NetemHold(a) => lab::delayer::hold(&a),

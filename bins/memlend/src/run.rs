@@ -70,6 +70,11 @@ pub struct RunArgs {
     /// (docs/run.md).
     #[arg(long, default_value = "off", value_parser = ["lz4", "off"])]
     pub compress: String,
+    /// Record each process's page accesses into DIR/<pid>.trace, for
+    /// `memlend replay`. The process then keeps only 1 MiB of far pages
+    /// resident (so nearly every access faults) and runs far slower.
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
     /// Print no summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
@@ -206,17 +211,12 @@ fn set_env(
         Some(mem) => cmd.env(shim::MEM, mem.to_string()),
         None => cmd.env_remove(shim::MEM),
     };
-    let donors: Vec<String> = a.donors.iter().map(|d| d.to_string()).collect();
-    let optional = [
-        (shim::DONORS, (!donors.is_empty()).then(|| donors.join(","))),
-        (shim::SSD, a.ssd.as_ref().map(|p| absolute(p).display().to_string())),
-        (shim::KEY, a.key.as_ref().map(|p| absolute(p).display().to_string())),
-        (shim::INSECURE, a.insecure.then(|| "1".to_string())),
-        (shim::POOL, placement.pool.as_ref().map(|p| p.display().to_string())),
-        (shim::REDUNDANCY, (a.redundancy != Redundancy::None).then(|| a.redundancy.to_string())),
-        (shim::NO_ENCRYPT, a.no_encrypt.then(|| "1".to_string())),
-    ];
-    for (name, value) in optional {
+    let mut placement = placement.clone();
+    placement.ssd = placement.ssd.as_deref().map(absolute);
+    placement.key = placement.key.as_deref().map(absolute);
+    let mut vars = memlend_place::env::placement_vars(&placement).to_vec();
+    vars.push((shim::TRACE_DIR, a.trace.as_deref().map(|p| absolute(p).display().to_string())));
+    for (name, value) in vars {
         match value {
             Some(v) => cmd.env(name, v),
             None => cmd.env_remove(name),

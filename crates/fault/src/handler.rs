@@ -106,6 +106,8 @@ pub(crate) struct Handler {
     pub zero_run: Vec<u8>,
     /// The compressed local tier, if on (`zpool.rs`).
     pub zpool: Option<crate::zpool::ZPool>,
+    /// Every fault goes here too, if tracing (`trace.rs`).
+    pub trace: Option<crate::trace::Trace>,
 }
 
 impl Handler {
@@ -207,7 +209,10 @@ impl Handler {
         ready
     }
 
-    fn unregister(&self) {
+    fn unregister(&mut self) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.flush();
+        }
         let region = self.pages as usize * PAGE_SIZE;
         if let Err(e) = self.uffd.unregister(self.base, region) {
             tracing::warn!("fault handler: unregistering the region failed: {e}");

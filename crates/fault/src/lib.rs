@@ -35,6 +35,7 @@ mod region;
 mod resolve;
 mod state;
 mod stats;
+pub mod trace;
 mod trend;
 mod uffd;
 mod writeback;
@@ -42,6 +43,6 @@ mod zpool;
 
 pub use error::{FaultError, Result};
 pub use region::{Region, RegionConfig, Tuning};
-pub use state::{Policy, METADATA_BYTES_PER_PAGE};
+pub use state::{PageState, PageTable, Policy, METADATA_BYTES_PER_PAGE};
 pub use stats::{DetailedStats, HandlerStats, RegionStats};
 pub use zpool::PoolStats;

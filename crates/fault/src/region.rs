@@ -63,6 +63,24 @@ pub struct Tuning {
     /// Keep evicted pages that compress well in a local pool carved from
     /// the budget (`zpool.rs`), so faults on them need no store read.
     pub compress: bool,
+    /// Record every fault in this file (`trace.rs`); see [`Tuning::tracing`].
+    pub trace: Option<std::path::PathBuf>,
+}
+
+impl Tuning {
+    /// For taking a page-access trace into `path`: nothing mapped ahead,
+    /// every page read mapped write-protected, no pool. Give the region a
+    /// budget of [`crate::trace::WINDOW_PAGES`].
+    pub fn tracing(path: std::path::PathBuf) -> Tuning {
+        Tuning {
+            prefetch_max_pages: 0,
+            write_intent: false,
+            zero_ahead: false,
+            compress: false,
+            trace: Some(path),
+            ..Tuning::default()
+        }
+    }
 }
 
 /// ACMS found a 512-page window right for a sequential scan.
@@ -113,6 +131,7 @@ impl Default for Tuning {
             zero_ahead: true,
             follow_faulter: true,
             compress: false,
+            trace: None,
         }
     }
 }
@@ -181,6 +200,12 @@ impl Region {
                 .map_err(FaultError::os("spawn write-back thread"))?;
         let fetcher = Fetcher::start(Arc::clone(&store), &bell)
             .map_err(FaultError::os("spawn fetch thread"))?;
+        let trace = match &tuning.trace {
+            Some(path) => Some(
+                crate::trace::Trace::create(path).map_err(FaultError::os("create the trace"))?,
+            ),
+            None => None,
+        };
         let counters = Arc::new(Counters::default());
         counters
             .budget_pages
@@ -224,6 +249,7 @@ impl Region {
             follow: crate::cpu::Follow::new(tuning.follow_faulter),
             recent_gap: std::time::Duration::ZERO,
             zpool,
+            trace,
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()

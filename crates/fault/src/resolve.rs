@@ -59,6 +59,9 @@ impl Handler {
             return Step::Done;
         }
         let page = page as u32;
+        if let Some(trace) = self.trace.as_mut() {
+            trace.record(page, fault.write || fault.wp);
+        }
         if fault.wp {
             return self.write_to_clean(page);
         }

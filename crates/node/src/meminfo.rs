@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use std::fs;
+use std::path::{Path, PathBuf};
 
 /// Memory a daemon keeps back for itself and the host: lending the last
 /// free page would make the donor the one that swaps.
@@ -22,23 +23,9 @@ pub struct Memory {
 impl Memory {
     pub fn read() -> Result<Self> {
         let text = fs::read_to_string("/proc/meminfo").context("cannot read /proc/meminfo")?;
-        let field = |name: &str| -> Result<u64> {
-            let line = text
-                .lines()
-                .find(|l| l.starts_with(name))
-                .with_context(|| format!("/proc/meminfo has no {name}"))?;
-            let kib: u64 = line
-                .split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("/proc/meminfo: cannot parse {line:?}"))?;
-            Ok(kib * 1024)
-        };
-        Ok(Memory {
-            total_bytes: field("MemTotal:")?,
-            available_bytes: field("MemAvailable:")?,
-            cgroup_room_bytes: cgroup_room(),
-        })
+        let (total_bytes, available_bytes) =
+            parse_meminfo(&text).map_err(|what| anyhow::anyhow!("/proc/meminfo: {what}"))?;
+        Ok(Memory { total_bytes, available_bytes, cgroup_room_bytes: cgroup_room() })
     }
 
     /// The most this node can lend now.
@@ -48,33 +35,53 @@ impl Memory {
     }
 }
 
+/// MemTotal and MemAvailable, in bytes, from the text of /proc/meminfo.
+pub fn parse_meminfo(text: &str) -> std::result::Result<(u64, u64), String> {
+    let field = |name: &str| -> std::result::Result<u64, String> {
+        let line = text.lines().find(|l| l.starts_with(name)).ok_or(format!("no {name}"))?;
+        let kib: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .ok_or(format!("bad line {line:?}"))?;
+        Ok(kib * 1024)
+    };
+    Ok((field("MemTotal:")?, field("MemAvailable:")?))
+}
+
+/// Memory cgroup directories named in the text of /proc/self/cgroup: v1's
+/// under /sys/fs/cgroup/memory, v2's under /sys/fs/cgroup.
+pub fn cgroup_dirs(text: &str) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(ctl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if ctl.split(',').any(|c| c == "memory") {
+            dirs.push(PathBuf::from(format!("/sys/fs/cgroup/memory{path}")));
+        } else if ctl.is_empty() {
+            dirs.push(PathBuf::from(format!("/sys/fs/cgroup{path}")));
+        }
+    }
+    dirs
+}
+
 /// Room under the memory limit of this process's cgroup (v1 or v2).
 fn cgroup_room() -> Option<u64> {
     let cg = fs::read_to_string("/proc/self/cgroup").ok()?;
-    for line in cg.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let (limit, usage) = if controllers.split(',').any(|c| c == "memory") {
-            let dir = format!("/sys/fs/cgroup/memory{path}");
-            (
-                read_u64(&format!("{dir}/memory.limit_in_bytes")),
-                read_u64(&format!("{dir}/memory.usage_in_bytes")),
-            )
-        } else if controllers.is_empty() {
-            let dir = format!("/sys/fs/cgroup{path}");
-            (read_u64(&format!("{dir}/memory.max")), read_u64(&format!("{dir}/memory.current")))
-        } else {
-            continue;
+    cgroup_dirs(&cg).into_iter().find_map(|dir| {
+        let file = |name: &str| read_u64(&dir.join(name));
+        let (limit, usage) = match file("memory.limit_in_bytes") {
+            Some(limit) => (limit, file("memory.usage_in_bytes")?),
+            None => (file("memory.max")?, file("memory.current")?),
         };
-        if let (Some(limit), Some(usage)) = (limit, usage) {
-            return Some(limit.saturating_sub(usage));
-        }
-    }
-    None
+        Some(limit.saturating_sub(usage))
+    })
 }
 
 /// A number from a cgroup file; `max` (no limit) reads as None.
-fn read_u64(path: &str) -> Option<u64> {
+fn read_u64(path: &Path) -> Option<u64> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 

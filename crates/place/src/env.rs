@@ -30,8 +30,87 @@ pub const MEM: &str = "MEMLEND_MEM";
 /// "lz4" or "off" (the default): keep evicted pages that compress in a
 /// local pool carved from the budget.
 pub const COMPRESS: &str = "MEMLEND_COMPRESS";
+/// Directory for a page-access trace of each process, `<pid>.trace`; a
+/// tracing process keeps a tiny budget (see `memlend_fault::trace`).
+pub const TRACE_DIR: &str = "MEMLEND_TRACE_DIR";
 /// Directory for each process's `<pid>.json` counters at exit.
 pub const STATS_DIR: &str = "MEMLEND_STATS_DIR";
 
 /// Far allocations start at this size unless told otherwise.
 pub const DEFAULT_THRESHOLD_BYTES: u64 = 1 << 20;
+
+use crate::{Placement, Redundancy};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+/// A placement as the variables that carry it: each name with its value,
+/// or `None` for a variable to remove (so that a value inherited from the
+/// parent does not leak through). Paths must already be absolute: the
+/// program may change directory before its first large allocation.
+pub fn placement_vars(p: &Placement) -> [(&'static str, Option<String>); 7] {
+    let donors: Vec<String> = p.donors.iter().map(|d| d.to_string()).collect();
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    [
+        (DONORS, (!donors.is_empty()).then(|| donors.join(","))),
+        (SSD, path(&p.ssd)),
+        (KEY, path(&p.key)),
+        (INSECURE, p.insecure.then(|| "1".to_string())),
+        (POOL, path(&p.pool)),
+        (REDUNDANCY, (p.redundancy != Redundancy::None).then(|| p.redundancy.to_string())),
+        (NO_ENCRYPT, p.no_encrypt.then(|| "1".to_string())),
+    ]
+}
+
+/// The placement [`placement_vars`] wrote, read back through `var` (which
+/// gives a variable's value, `None` for unset or empty).
+pub fn placement_from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Placement> {
+    let donors = match var(DONORS) {
+        Some(list) => list
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().with_context(|| format!("{DONORS}: bad address {s:?}")))
+            .collect::<Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
+    Ok(Placement {
+        donors,
+        ssd: var(SSD).map(PathBuf::from),
+        key: var(KEY).map(PathBuf::from),
+        insecure: var(INSECURE).is_some_and(|v| v == "1"),
+        pool: var(POOL).map(PathBuf::from),
+        redundancy: match var(REDUNDANCY) {
+            Some(v) => v.parse().with_context(|| format!("{REDUNDANCY}={v}"))?,
+            None => Redundancy::None,
+        },
+        no_encrypt: var(NO_ENCRYPT).is_some_and(|v| v == "1"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn a_placement_reads_back_as_written() {
+        let p = Placement {
+            donors: vec!["10.0.0.2:7070".parse().unwrap(), "[::1]:7071".parse().unwrap()],
+            ssd: Some(PathBuf::from("/var/tmp/far")),
+            key: Some(PathBuf::from("/etc/memlend/key")),
+            insecure: false,
+            pool: None,
+            redundancy: Redundancy::Mirror,
+            no_encrypt: true,
+        };
+        let vars: HashMap<&str, Option<String>> = placement_vars(&p).into_iter().collect();
+        assert_eq!(vars[POOL], None, "unset, not empty");
+        let back = placement_from_vars(|name| vars.get(name).cloned().flatten()).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{p:?}"));
+    }
+
+    #[test]
+    fn a_bad_donor_address_is_an_error_that_names_the_variable() {
+        let err = placement_from_vars(|n| (n == DONORS).then(|| "10.0.0.2".to_string()));
+        assert!(format!("{:#}", err.unwrap_err()).contains(DONORS));
+    }
+}

@@ -3,6 +3,7 @@
 //! early signal. Parsers are pure functions over text; reading the files is
 //! a thin shell, and its errors name the file.
 
+pub use memlend_node::meminfo::{cgroup_dirs, parse_meminfo};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -109,20 +110,6 @@ impl MemorySource {
     }
 }
 
-/// MemTotal and MemAvailable, in bytes.
-pub fn parse_meminfo(text: &str) -> Result<(u64, u64), String> {
-    let field = |name: &str| -> Result<u64, String> {
-        let line = text.lines().find(|l| l.starts_with(name)).ok_or(format!("no {name}"))?;
-        let kib: u64 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|v| v.parse().ok())
-            .ok_or(format!("bad line {line:?}"))?;
-        Ok(kib * 1024)
-    };
-    Ok((field("MemTotal:")?, field("MemAvailable:")?))
-}
-
 /// The "some" and "full" avg10 values of a PSI file.
 pub fn parse_psi(text: &str) -> (Option<f64>, Option<f64>) {
     let avg10 = |kind: &str| {
@@ -141,23 +128,6 @@ pub fn parse_stat_field(text: &str, name: &str) -> u64 {
                 .and_then(|v| v.trim().parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// Memory cgroup directories named in /proc/self/cgroup (v1 and v2).
-pub fn cgroup_dirs(text: &str) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(ctl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        if ctl.split(',').any(|c| c == "memory") {
-            dirs.push(PathBuf::from(format!("/sys/fs/cgroup/memory{path}")));
-        } else if ctl.is_empty() {
-            dirs.push(PathBuf::from(format!("/sys/fs/cgroup{path}")));
-        }
-    }
-    dirs
 }
 
 fn host_total() -> Result<u64, MonitorError> {

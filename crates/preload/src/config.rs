@@ -1,16 +1,14 @@
 //! What `memlend run` tells the shim, through the environment. With no
 //! `MEMLEND_LOCAL` the shim is inert and every call passes straight through.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use memlend_place::Placement;
 use std::path::PathBuf;
 
 use memlend_place::env::{COMPRESS as ENV_COMPRESS, DEFAULT_THRESHOLD_BYTES};
-use memlend_place::env::{DONORS as ENV_DONORS, FAR as ENV_FAR, MEM as ENV_MEM};
-use memlend_place::env::{INSECURE as ENV_INSECURE, KEY as ENV_KEY, LOCAL as ENV_LOCAL};
-use memlend_place::env::{NO_ENCRYPT as ENV_NO_ENCRYPT, REDUNDANCY as ENV_REDUNDANCY};
+use memlend_place::env::{FAR as ENV_FAR, LOCAL as ENV_LOCAL, MEM as ENV_MEM};
 use memlend_place::env::{
-    POOL as ENV_POOL, SSD as ENV_SSD, STATS_DIR as ENV_STATS_DIR, THRESHOLD as ENV_THRESHOLD,
+    STATS_DIR as ENV_STATS_DIR, THRESHOLD as ENV_THRESHOLD, TRACE_DIR as ENV_TRACE_DIR,
 };
 
 #[derive(Debug)]
@@ -28,6 +26,8 @@ pub struct Config {
     /// The whole process stays within this (`MEMLEND_MEM`): the far budget
     /// is what the rest of the process leaves of it.
     pub mem_bytes: Option<u64>,
+    /// Record a page-access trace into `<dir>/<pid>.trace` (`MEMLEND_TRACE_DIR`).
+    pub trace_dir: Option<PathBuf>,
 }
 
 /// Read the config; `Ok(None)` when the shim is not asked to do anything.
@@ -39,26 +39,7 @@ pub fn from_env() -> Result<Option<Config>> {
         Some(v) => bytes(ENV_THRESHOLD, &v)? as usize,
         None => DEFAULT_THRESHOLD_BYTES as usize,
     };
-    let donors = match var(ENV_DONORS) {
-        Some(list) => list
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().with_context(|| format!("{ENV_DONORS}: bad address {s:?}")))
-            .collect::<Result<Vec<_>>>()?,
-        None => Vec::new(),
-    };
-    let placement = Placement {
-        donors,
-        ssd: var(ENV_SSD).map(PathBuf::from),
-        key: var(ENV_KEY).map(PathBuf::from),
-        insecure: var(ENV_INSECURE).is_some_and(|v| v == "1"),
-        pool: var(ENV_POOL).map(PathBuf::from),
-        redundancy: match var(ENV_REDUNDANCY) {
-            Some(v) => v.parse().with_context(|| format!("{ENV_REDUNDANCY}={v}"))?,
-            None => Default::default(),
-        },
-        no_encrypt: var(ENV_NO_ENCRYPT).is_some_and(|v| v == "1"),
-    };
+    let placement = memlend_place::env::placement_from_vars(var)?;
     if local_bytes < 4096 {
         bail!("{ENV_LOCAL}={local}: the local budget must be at least one page");
     }
@@ -77,6 +58,7 @@ pub fn from_env() -> Result<Option<Config>> {
         stats_dir,
         compress,
         mem_bytes,
+        trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
     }))
 }
 

@@ -95,7 +95,7 @@ fn start() -> Option<&'static Heap> {
             OWNER_PID.store(std::process::id(), Relaxed);
             STATE.store(READY, std::sync::atomic::Ordering::Release);
             crate::report::at_exit();
-            if let Some(mem) = cfg.mem_bytes {
+            if let Some(mem) = cfg.mem_bytes.filter(|_| cfg.trace_dir.is_none()) {
                 crate::mem_limit::follow(HEAP.get()?, mem, START_REST.load(Relaxed) as u64);
             }
             HEAP.get()
@@ -128,13 +128,17 @@ fn build(cfg: &Config) -> Result<Heap> {
         Some(mem) => crate::mem_limit::budget_bytes(mem, start_rest, start_rest),
         None => cfg.local_bytes,
     };
-    let budget_pages = (local_bytes / PAGE_SIZE as u64).max(1) as usize;
+    let mut budget_pages = (local_bytes / PAGE_SIZE as u64).max(1) as usize;
+    let mut tuning = Tuning { compress: cfg.compress, ..Tuning::default() };
+    if let Some(dir) = &cfg.trace_dir {
+        tuning = Tuning::tracing(dir.join(format!("{}.trace", std::process::id())));
+        budget_pages = memlend_fault::trace::WINDOW_PAGES;
+    }
     let rc = RegionConfig {
         size_bytes: pages as usize * PAGE_SIZE,
         budget_pages,
         evict_batch_pages: RegionConfig::default().evict_batch_pages.min(budget_pages),
     };
-    let tuning = Tuning { compress: cfg.compress, ..Tuning::default() };
     let region = Region::with_tuning(rc, tuning, std::sync::Arc::clone(&opened.store))
         .context("far-memory region")?;
     // A forked child must not see a copy of the region without its handler:
