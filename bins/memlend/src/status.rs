@@ -23,8 +23,12 @@ pub struct StatusArgs {
     pub insecure: bool,
     /// The daemon's API socket (default $MEMLEND_POOL or
     /// /run/memlend/memlendd.sock).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "node")]
     pub api: Option<PathBuf>,
+    /// A node of a lab on this machine (`memlend lab up`), by name: ask its
+    /// daemon, whose socket is in the lab's state directory.
+    #[arg(long)]
+    pub node: Option<String>,
     /// Print the daemon's JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -35,14 +39,67 @@ pub fn run(a: &StatusArgs) -> Result<()> {
         let d = crate::donor::DonorArgs { donor, key: a.key.clone(), insecure: a.insecure };
         return crate::donor::status(&d);
     }
-    let path = a.api.clone().unwrap_or_else(memlend_place::pool::default_api_path);
-    let st = fetch(&path)?;
+    let path = match (&a.api, &a.node) {
+        (Some(api), _) => api.clone(),
+        (None, Some(node)) => lab_socket(node)?,
+        (None, None) => memlend_place::pool::default_api_path(),
+    };
+    let st = match fetch(&path) {
+        Ok(st) => st,
+        Err(e) if a.api.is_none() && a.node.is_none() => match lab_sockets().as_slice() {
+            [] => return Err(e),
+            socks => {
+                let nodes: Vec<String> = socks.iter().map(|(n, _)| n.clone()).collect();
+                anyhow::bail!(
+                    "{e:#}\nA lab is up on this machine; ask one of its nodes: \
+                     memlend status --node {} (nodes: {})",
+                    nodes[0],
+                    nodes.join(", ")
+                )
+            }
+        },
+        Err(e) => return Err(e),
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&st)?);
         return Ok(());
     }
     print(&st);
     Ok(())
+}
+
+/// The API sockets of lab nodes on this machine, as (node, socket), sorted:
+/// `<node>.sock` in each lab's state directory (/run/memlend-lab*).
+fn lab_sockets() -> Vec<(String, PathBuf)> {
+    let mut found = Vec::new();
+    let Ok(run) = std::fs::read_dir("/run") else { return found };
+    for dir in run.flatten().filter(|d| d.file_name().to_string_lossy().starts_with("memlend-lab"))
+    {
+        let Ok(entries) = std::fs::read_dir(dir.path()) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "sock") {
+                let node = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+                found.push((node, path));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn lab_socket(node: &str) -> Result<PathBuf> {
+    let socks = lab_sockets();
+    match socks.iter().find(|(n, _)| n == node) {
+        Some((_, path)) => Ok(path.clone()),
+        None if socks.is_empty() => {
+            anyhow::bail!("no lab is up on this machine (memlend lab up N)")
+        }
+        None => {
+            let nodes: Vec<&str> = socks.iter().map(|(n, _)| n.as_str()).collect();
+            anyhow::bail!("no lab node {node:?}; the labs here have {}", nodes.join(", "))
+        }
+    }
 }
 
 pub fn fetch(path: &std::path::Path) -> Result<ClusterStatus> {

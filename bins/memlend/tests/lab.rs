@@ -109,6 +109,32 @@ fn three_nodes_talk_unicast_and_broadcast_then_leave_no_trace() {
 }
 
 #[test]
+fn status_finds_a_lab_node_by_name_and_points_a_newcomer_to_it() {
+    need_lab!();
+    let lab = Lab::up_with_daemons("tsta", 2, "256M", "10.79.9.0/24");
+    let (n1, n2) = (lab.node(1), lab.node(2));
+    // The daemons may take a moment to open their sockets and meet.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let table = loop {
+        let out = memlend(&["status", "--node", &n1]);
+        let table = text(&out.stdout);
+        if out.status.success() && table.contains(&n2) {
+            break table;
+        }
+        assert!(std::time::Instant::now() < deadline, "status --node {n1}: {out:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(table.contains(&format!("{n1} ")) && table.contains("(this node)"), "{table}");
+    let bad = memlend(&["status", "--node", "tsta-n9"]);
+    assert!(!bad.status.success() && text(&bad.stderr).contains(&n1), "{bad:?}");
+    if !Path::new("/run/memlend/memlendd.sock").exists() {
+        let bare = memlend(&["status"]);
+        let err = text(&bare.stderr);
+        assert!(!bare.status.success() && err.contains("memlend status --node"), "{err}");
+    }
+}
+
+#[test]
 fn a_balloon_fills_its_node_cgroup_and_release_empties_it() {
     need_lab!();
     let lab = Lab::up("tbal", 2, "512M");

@@ -71,6 +71,14 @@ impl Lab {
         lab
     }
 
+    /// A lab whose nodes each run memlendd, as `memlend lab up` does by default.
+    pub fn up_with_daemons(prefix: &'static str, nodes: usize, mem: &str, subnet: &str) -> Lab {
+        let lab = Lab { prefix };
+        let n = nodes.to_string();
+        ok(&["lab", "up", &n, "--mem", mem, "--prefix", prefix, "--subnet", subnet]);
+        lab
+    }
+
     pub fn node(&self, i: usize) -> String {
         format!("{}-n{i}", self.prefix)
     }
