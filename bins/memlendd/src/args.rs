@@ -4,8 +4,19 @@ use std::path::PathBuf;
 
 /// memlendd: lend this node's idle RAM to other nodes.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version, about, args_override_self = true)]
 pub struct Args {
+    /// Read settings from this TOML file: each key is a flag's long name
+    /// (`lend = "2G"`, `nbd_allow = ["10.0.0.0/24"]`, `mlock = true`).
+    /// Flags on the command line override it (docs/config.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Check this config file (and the flags given with it) and exit:
+    /// status 0 if memlendd would accept it.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub check_config: Option<PathBuf>,
+
     /// How much memory to lend in all, e.g. `2G`. Refused if the node cannot
     /// really give it. Required without --cluster; with it, a cap on what the
     /// classifier may lend.

@@ -242,3 +242,53 @@ fn far_memory_region_over_the_real_daemon() {
     assert!(fetched >= 3000, "most pages came back from the donor: {st:?}");
     drop(region);
 }
+
+/// `--config`: the file's settings are used, a flag overrides one, and a
+/// slab larger than the file's per-borrower cap is refused; `--check-config`
+/// accepts the same file and refuses a bad one naming its line.
+#[test]
+fn serves_from_a_config_file_with_flags_overriding_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file_addr, addr) = (free_addr(), free_addr());
+    let path = dir.path().join("memlendd.toml");
+    let text = format!(
+        "# a donor for tests\nlend = \"64M\"\nlisten = \"{file_addr}\"\ninsecure = true\n\
+         max_per_borrower = \"8M\"\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    let ok = Command::new(BIN).arg("--check-config").arg(&path).output().unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+
+    let mut reaped = Reaped(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .args(["--listen", &addr.to_string()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(addr, &mut reaped.0);
+    assert!(TcpStream::connect(file_addr).is_err(), "the flag's --listen wins over the file's");
+    let s = RemoteStore::open(addr, ClientConfig::new(None), 1024).unwrap();
+    let data: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 241) as u8).collect();
+    s.write(&[WriteOp { page: 7, data: &data }]).unwrap();
+    let mut back = vec![0u8; PAGE_SIZE];
+    s.read(&mut [ReadOp { page: 7, buf: &mut back }]).unwrap();
+    assert!(back == data, "a page read back differs");
+    assert!(RemoteStore::open(addr, ClientConfig::new(None), 4096).is_err(), "over the file's cap");
+    assert!(stop_by_sigterm(&mut reaped.0).success());
+
+    std::fs::write(&path, "lend = \"64M\"\n\nspin_us = \"fast\"\n").unwrap();
+    let bad = Command::new(BIN).arg("--check-config").arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("line 3") && err.contains("spin_us"), "{err}");
+}
+
+/// The config the package ships is one the daemon accepts.
+#[test]
+fn the_shipped_config_is_valid() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/memlendd.toml");
+    let out = Command::new(BIN).arg("--check-config").arg(shipped).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
