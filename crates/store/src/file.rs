@@ -25,7 +25,7 @@
 mod device;
 mod io;
 
-use crate::layer::{StripeLocks, StripeSet};
+use crate::page_locks::{LockSet, PageLocks};
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
 use crate::{WriteOp, PAGE_SHIFT, PAGE_SIZE};
 use device::Kind;
@@ -69,7 +69,7 @@ pub struct FileStore {
     mem_align_bytes: usize,
     discard_frees: bool,
     discard_method: AtomicU8,
-    stripes: StripeLocks,
+    stripes: PageLocks,
 }
 
 impl FileStore {
@@ -137,7 +137,7 @@ impl FileStore {
             mem_align_bytes,
             discard_frees,
             discard_method: AtomicU8::new(first_method),
-            stripes: StripeLocks::new(),
+            stripes: PageLocks::new(),
         })
     }
 
@@ -166,7 +166,7 @@ impl FileStore {
             }
         }
         {
-            let _shared = self.stripes.read(&StripeSet::of_run(page, run_pages));
+            let _shared = self.stripes.read(&LockSet::of_run(page, run_pages));
             io::read_exact_at(self.file.as_fd(), page << PAGE_SHIFT, &mut bufs)?;
         }
         drop(bufs);
@@ -200,7 +200,7 @@ impl FileStore {
                 bufs.push(piece);
             }
         }
-        let _owned = self.stripes.write(&StripeSet::of_run(page, run_pages));
+        let _owned = self.stripes.write(&LockSet::of_run(page, run_pages));
         io::write_all_at(self.file.as_fd(), page << PAGE_SHIFT, &bufs)?;
         Ok(())
     }
@@ -289,7 +289,7 @@ impl PageStore for FileStore {
         if count == 0 {
             return Ok(());
         }
-        let _owned = self.stripes.write(&StripeSet::of_run(page, count));
+        let _owned = self.stripes.write(&LockSet::of_run(page, count));
         self.discard_locked(page << PAGE_SHIFT, count << PAGE_SHIFT)
     }
 

@@ -10,6 +10,7 @@
 mod error;
 pub mod file;
 pub mod layer;
+pub mod page_locks;
 pub mod ram;
 
 pub use error::{StoreError, StoreResult};

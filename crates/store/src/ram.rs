@@ -6,14 +6,10 @@
 //! untouched pages map the kernel's shared zero page and cost no memory.
 //! Metadata is a fixed table of stripe locks, independent of the size.
 
+use crate::page_locks::{LockSet, PageLocks};
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
 use crate::{InPlace, WriteOp, PAGE_SIZE};
-use parking_lot::{RwLock, RwLockWriteGuard};
 use std::ptr::NonNull;
-
-/// Stripe locks make each page atomic for concurrent readers and writers on
-/// different connections, without per-page metadata. A power of two.
-const STRIPES: usize = 1024;
 
 /// How the mapping is backed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,7 +26,9 @@ pub struct RamOptions {
 pub struct RamStore {
     base: NonNull<u8>,
     pages: u64,
-    stripes: Box<[RwLock<()>]>,
+    /// Make each page atomic for concurrent readers and writers on
+    /// different connections, without per-page metadata.
+    stripes: PageLocks,
 }
 
 // SAFETY: the mapping is owned by the store for its whole life and every
@@ -61,8 +59,7 @@ impl RamStore {
             )));
         }
         let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null without MAP_FAILED");
-        let store =
-            RamStore { base, pages, stripes: (0..STRIPES).map(|_| RwLock::new(())).collect() };
+        let store = RamStore { base, pages, stripes: PageLocks::new() };
         store.apply_options(len, opts)?;
         Ok(store)
     }
@@ -108,27 +105,11 @@ impl RamStore {
         self.pages as usize * PAGE_SIZE
     }
 
-    fn stripe(&self, page: u64) -> &RwLock<()> {
-        &self.stripes[page as usize & (STRIPES - 1)]
-    }
-
     /// Pointer to the first byte of `page`. Callers have bounds-checked it.
     fn page_ptr(&self, page: u64) -> *mut u8 {
         debug_assert!(page < self.pages);
         // SAFETY: page < self.pages, so the offset is inside the mapping.
         unsafe { self.base.as_ptr().add(page as usize * PAGE_SIZE) }
-    }
-
-    /// Write-lock every stripe that `page..page + count` touches, in stripe
-    /// order (the one global order, so two range lockers cannot deadlock).
-    fn lock_range(&self, page: u64, count: u64) -> Vec<RwLockWriteGuard<'_, ()>> {
-        if count >= STRIPES as u64 {
-            return self.stripes.iter().map(|s| s.write()).collect();
-        }
-        let mut idx: Vec<usize> =
-            (page..page + count).map(|p| p as usize & (STRIPES - 1)).collect();
-        idx.sort_unstable();
-        idx.into_iter().map(|i| self.stripes[i].write()).collect()
     }
 }
 
@@ -145,7 +126,7 @@ impl PageStore for RamStore {
         for op in ops.iter_mut() {
             for (i, chunk) in op.buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
                 let page = op.page + i as u64;
-                let _guard = self.stripe(page).read();
+                let _guard = self.stripes.read_page(page);
                 // SAFETY: the page is inside the mapping (checked above), the
                 // stripe lock excludes writers, and `chunk` is PAGE_SIZE bytes
                 // of caller memory that cannot overlap our private mapping.
@@ -168,7 +149,7 @@ impl PageStore for RamStore {
         for op in ops {
             for (i, chunk) in op.data.chunks_exact(PAGE_SIZE).enumerate() {
                 let page = op.page + i as u64;
-                let _guard = self.stripe(page).write();
+                let _guard = self.stripes.write_page(page);
                 // SAFETY: in bounds (checked above), exclusive under the
                 // stripe's write lock, and the source cannot overlap.
                 unsafe {
@@ -194,7 +175,7 @@ impl PageStore for RamStore {
         if count == 0 {
             return Ok(());
         }
-        let _guards = self.lock_range(page, count);
+        let _guards = self.stripes.write(&LockSet::of_run(page, count));
         // SAFETY: the range is inside our private anonymous mapping and no
         // reader or writer can be inside it (all its stripes are held).
         // MADV_DONTNEED on such a mapping frees the pages; they read as zero.

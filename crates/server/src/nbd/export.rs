@@ -1,14 +1,11 @@
 //! Exports: what a client can pick by name, and the shared state behind one.
 
+use memlend_store::page_locks::PageLocks;
 use memlend_store::{Caps, PageStore, PAGE_SIZE};
 use memlend_wire::nbd::{tx_flags, MAX_STRING_BYTES};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::RwLockWriteGuard;
 use std::io;
 use std::sync::Arc;
-
-/// Stripe locks serialise read-modify-write of partial pages. A power of two;
-/// only sub-page writes take them, so contention is rare.
-const RMW_STRIPES: usize = 256;
 
 /// One export as configured: a named page store.
 #[derive(Clone)]
@@ -49,7 +46,9 @@ pub(crate) struct ExportState {
     pub read_only: bool,
     pub size_bytes: u64,
     pub caps: Caps,
-    rmw_stripes: Box<[Mutex<()>]>,
+    /// Serialise read-modify-write of partial pages; only sub-page writes
+    /// take them, so contention is rare.
+    rmw_locks: PageLocks,
 }
 
 impl ExportState {
@@ -72,7 +71,7 @@ impl ExportState {
             read_only: e.read_only,
             size_bytes,
             caps: info.caps,
-            rmw_stripes: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
+            rmw_locks: PageLocks::new(),
         })
     }
 
@@ -97,7 +96,7 @@ impl ExportState {
     }
 
     /// The lock for read-modify-write of `page`. Hold at most one at a time.
-    pub fn lock_page(&self, page: u64) -> MutexGuard<'_, ()> {
-        self.rmw_stripes[page as usize & (RMW_STRIPES - 1)].lock()
+    pub fn lock_page(&self, page: u64) -> RwLockWriteGuard<'_, ()> {
+        self.rmw_locks.write_page(page)
     }
 }

@@ -25,7 +25,7 @@
 //!   sums themselves need only relaxed atomics.
 
 use super::table::Sums;
-use super::{StripeLocks, StripeSet};
+use crate::page_locks::{LockSet, PageLocks};
 use crate::{check_range, check_run, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
 use crate::{WriteOp, PAGE_SIZE};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -38,7 +38,7 @@ const SCAN_PAGES: u64 = 64;
 pub struct Checksum<S> {
     inner: S,
     sums: Sums,
-    stripes: StripeLocks,
+    stripes: PageLocks,
     corrupt_pages: AtomicU64,
 }
 
@@ -49,7 +49,7 @@ impl<S: PageStore> Checksum<S> {
     /// Wrap a store whose pages all read as zero (a fresh one).
     pub fn new(inner: S) -> StoreResult<Self> {
         let sums = Sums::new(inner.info().pages)?;
-        Ok(Checksum { inner, sums, stripes: StripeLocks::new(), corrupt_pages: AtomicU64::new(0) })
+        Ok(Checksum { inner, sums, stripes: PageLocks::new(), corrupt_pages: AtomicU64::new(0) })
     }
 
     /// Wrap a store with contents (a file opened again): read every page
@@ -157,7 +157,7 @@ impl<S: PageStore> PageStore for Checksum<S> {
 
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
         let pages = self.sums.pages();
-        let mut set = StripeSet::new();
+        let mut set = LockSet::new();
         for op in ops {
             set.add_run(op.page, check_run(pages, op.page, op.data.len())?);
         }
@@ -181,7 +181,7 @@ impl<S: PageStore> PageStore for Checksum<S> {
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
         check_range(self.sums.pages(), page, count)?;
-        let _owned = self.stripes.write(&StripeSet::of_run(page, count));
+        let _owned = self.stripes.write(&LockSet::of_run(page, count));
         if let Err(e) = self.inner.discard(page, count) {
             self.relearn(page, count);
             return Err(e);

@@ -54,7 +54,7 @@
 //! Pages that such a write did not reach read as `Corrupt` until rewritten.
 
 use super::table::zeroed;
-use super::{StripeLocks, StripeSet};
+use crate::page_locks::{LockSet, PageLocks};
 use crate::{batch_pages, check_range, check_run, PageStore, ReadOp, Sidecar, SidecarStore};
 use crate::{StoreError, StoreInfo, StoreResult, WriteOp, PAGE_SIZE, SIDECAR_LEN};
 use parking_lot::Mutex;
@@ -85,7 +85,7 @@ pub struct Crypt<S> {
     inner: S,
     cipher: LessSafeKey,
     versions: Versions,
-    stripes: StripeLocks,
+    stripes: PageLocks,
     corrupt_pages: AtomicU64,
     spare: Mutex<Vec<(Vec<u8>, Vec<Sidecar>)>>,
 }
@@ -141,7 +141,7 @@ impl<S: SidecarStore> Crypt<S> {
             inner,
             cipher: LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).expect("a 32-byte key")),
             versions: Versions::new(pages)?,
-            stripes: StripeLocks::new(),
+            stripes: PageLocks::new(),
             corrupt_pages: AtomicU64::new(0),
             spare: Mutex::new(Vec::new()),
         })
@@ -235,7 +235,7 @@ impl<S: SidecarStore> Crypt<S> {
     fn write_sealed(
         &self,
         ops: &[WriteOp<'_>],
-        set: &StripeSet,
+        set: &LockSet,
         sealed: &mut [u8],
         tags: &mut Vec<Sidecar>,
     ) -> StoreResult<()> {
@@ -296,7 +296,7 @@ impl<S: SidecarStore> PageStore for Crypt<S> {
     }
 
     fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
-        let mut set = StripeSet::new();
+        let mut set = LockSet::new();
         for op in ops.iter() {
             set.add_run(op.page, check_run(self.pages(), op.page, op.buf.len())?);
         }
@@ -310,7 +310,7 @@ impl<S: SidecarStore> PageStore for Crypt<S> {
     }
 
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
-        let mut set = StripeSet::new();
+        let mut set = LockSet::new();
         for op in ops {
             set.add_run(op.page, check_run(self.pages(), op.page, op.data.len())?);
         }
@@ -332,7 +332,7 @@ impl<S: SidecarStore> PageStore for Crypt<S> {
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
         check_range(self.pages(), page, count)?;
-        let _owned = self.stripes.write(&StripeSet::of_run(page, count));
+        let _owned = self.stripes.write(&LockSet::of_run(page, count));
         // Zero here first: the pages read as zeroes even if the inner
         // discard fails part-way, and the donor keeps only ciphertext anyway.
         // A page never written is left alone, so its table memory stays

@@ -7,7 +7,7 @@
 //! walks the pages in batches with a cursor; a write to pages below the
 //! cursor (already copied) goes to the target too. A batch copy and a write
 //! of the same pages cannot interleave, because both hold those pages'
-//! stripe locks (`StripeLocks`), so "copied or not" is fixed for a writer's
+//! stripe locks (`PageLocks`), so "copied or not" is fixed for a writer's
 //! pages while it writes. At the end the copier takes the state lock for
 //! writing (no operation in flight) and makes the target current. If the
 //! copy fails, passes its deadline or is cancelled, the target is dropped
@@ -16,7 +16,7 @@
 //! Fast path: with no move under way, an operation costs one uncontended
 //! read lock over the inner store.
 
-use super::{StripeLocks, StripeSet};
+use crate::page_locks::{LockSet, PageLocks};
 use crate::{PageStore, ReadOp, StoreError, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -92,7 +92,7 @@ struct State {
 
 pub struct Relocatable {
     state: RwLock<State>,
-    locks: StripeLocks,
+    locks: PageLocks,
     busy: Mutex<()>,
     cancel: AtomicBool,
 }
@@ -102,7 +102,7 @@ impl Relocatable {
         let state = State { current: store, moving: None };
         Relocatable {
             state: RwLock::new(state),
-            locks: StripeLocks::new(),
+            locks: PageLocks::new(),
             busy: Mutex::new(()),
             cancel: AtomicBool::new(false),
         }
@@ -196,7 +196,7 @@ impl Relocatable {
         buf: &mut [u8],
     ) -> Result<(), RelocateError> {
         let st = self.state.read();
-        let _pages = self.locks.write(&StripeSet::of_run(page, n));
+        let _pages = self.locks.write(&LockSet::of_run(page, n));
         let err = |source| RelocateError::Store { page, source };
         st.current.read(&mut [ReadOp { page, buf: &mut *buf }]).map_err(err)?;
         m.target.write(&[WriteOp { page, data: buf }]).map_err(err)?;
@@ -225,7 +225,7 @@ impl PageStore for Relocatable {
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
         let st = self.state.read();
         let Some(m) = &st.moving else { return st.current.write(ops) };
-        let mut set = StripeSet::new();
+        let mut set = LockSet::new();
         for op in ops {
             set.add_run(op.page, (op.data.len() / PAGE_SIZE) as u64);
         }
@@ -248,7 +248,7 @@ impl PageStore for Relocatable {
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
         let st = self.state.read();
         let Some(m) = &st.moving else { return st.current.discard(page, count) };
-        let _pages = self.locks.write(&StripeSet::of_run(page, count));
+        let _pages = self.locks.write(&LockSet::of_run(page, count));
         st.current.discard(page, count)?;
         if let Some((p, n)) = copied_part(page, count, m.cursor.load(Ordering::Acquire)) {
             m.mirror(p, m.target.discard(p, n));

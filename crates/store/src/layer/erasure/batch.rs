@@ -9,7 +9,7 @@
 
 use super::Coded;
 use crate::layer::fan_out::each_store;
-use crate::layer::StripeSet;
+use crate::page_locks::LockSet;
 use crate::{PageStore, ReadOp, StoreError, StoreResult, WriteOp, PAGE_SIZE};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -37,7 +37,7 @@ impl Coded {
     }
 
     fn write_batch(&self, batch: &[Update<'_>]) -> StoreResult<()> {
-        let mut set = StripeSet::new();
+        let mut set = LockSet::new();
         batch.iter().for_each(|(s, _)| set.add_run(*s, 1));
         let _owned = self.locks.write(&set);
         if let Some(e) = self.too_many_failed() {

@@ -35,7 +35,7 @@ mod stripe;
 
 use super::mirror::SpareFn;
 use super::table::{Bitmap, Sums};
-use super::{StripeLocks, StripeSet};
+use crate::page_locks::{LockSet, PageLocks};
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo};
 use crate::{StoreResult, WriteOp, PAGE_SIZE};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -120,7 +120,7 @@ struct Coded {
     sums: Sums,
     written: Bitmap,
     /// Keyed by stripe number.
-    locks: StripeLocks,
+    locks: PageLocks,
     counters: Counters,
     spare: Option<SpareFn>,
     /// Labels of legs that failed, so spares go elsewhere.
@@ -162,7 +162,7 @@ impl Erasure {
             pages,
             sums: Sums::new(pages)?,
             written: Bitmap::new(pages, "written bits")?,
-            locks: StripeLocks::new(),
+            locks: PageLocks::new(),
             counters: Counters::default(),
             spare,
             failed_labels: Mutex::new(Vec::new()),
@@ -324,8 +324,8 @@ impl Coded {
         Ok(())
     }
 
-    fn stripe_lock(&self, stripe: u64) -> StripeSet {
-        StripeSet::of_run(stripe, 1)
+    fn stripe_lock(&self, stripe: u64) -> LockSet {
+        LockSet::of_run(stripe, 1)
     }
 }
 

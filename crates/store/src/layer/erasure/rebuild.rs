@@ -15,7 +15,7 @@
 
 use super::{Coded, FAILED, HEALTHY, REBUILDING};
 use crate::layer::mirror::SpareRequest;
-use crate::layer::StripeSet;
+use crate::page_locks::LockSet;
 use crate::{StoreError, StoreResult, WriteOp, PAGE_SIZE};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -73,7 +73,7 @@ fn replace(c: &Coded, slot: usize) -> StoreResult<()> {
     *leg.store.write() = store;
     *leg.label.write() = label.clone();
     leg.state.store(REBUILDING, Relaxed);
-    drop(c.locks.write(&StripeSet::of_run(0, crate::layer::STRIPES as u64)));
+    drop(c.locks.write(&LockSet::of_run(0, crate::page_locks::STRIPES as u64)));
     let started = std::time::Instant::now();
     let mut stripes = 0;
     for first in (0..per_leg).step_by(FILL_STRIPES as usize) {

@@ -2,7 +2,7 @@
 
 use super::rebuild::fill_stripe;
 use super::{Coded, FAILED};
-use crate::layer::StripeSet;
+use crate::page_locks::LockSet;
 use crate::{ReadOp, StoreError, StoreResult, WriteOp, PAGE_SIZE};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -21,7 +21,7 @@ struct Source {
 pub(super) fn fill_run(c: &Coded, slot: usize, first: u64, n: u64) -> StoreResult<u64> {
     let mut alone = Vec::new();
     let filled = {
-        let _owned = c.locks.write(&StripeSet::of_run(first, n));
+        let _owned = c.locks.write(&LockSet::of_run(first, n));
         let live: Vec<u64> = (first..first + n).filter(|&s| stripe_written(c, s)).collect();
         if live.is_empty() {
             return Ok(0);

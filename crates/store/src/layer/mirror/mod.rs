@@ -33,7 +33,7 @@ mod rebuild;
 mod verify;
 
 use super::table::{Bitmap, Sums};
-use super::{StripeLocks, StripeSet};
+use crate::page_locks::{LockSet, PageLocks};
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo};
 use crate::{StoreResult, WriteOp, PAGE_SIZE};
 use legs::{is_caller_error, Leg};
@@ -125,7 +125,7 @@ struct Shared {
     /// None when every leg checks its own pages.
     sums: Option<Sums>,
     written: Bitmap,
-    locks: StripeLocks,
+    locks: PageLocks,
     counters: Counters,
     opts: MirrorOptions,
     spare: Option<SpareFn>,
@@ -168,7 +168,7 @@ impl Mirror {
             pages,
             sums,
             written: Bitmap::new(pages, "written bits")?,
-            locks: StripeLocks::new(),
+            locks: PageLocks::new(),
             counters: Counters::default(),
             opts,
             spare,
@@ -349,7 +349,7 @@ impl PageStore for Mirror {
 
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
         let s = &self.shared;
-        let mut set = StripeSet::new();
+        let mut set = LockSet::new();
         for op in ops {
             set.add_run(op.page, check_run(s.pages, op.page, op.data.len())?);
         }
@@ -376,7 +376,7 @@ impl PageStore for Mirror {
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
         let s = &self.shared;
         check_range(s.pages, page, count)?;
-        let _owned = s.locks.write(&StripeSet::of_run(page, count));
+        let _owned = s.locks.write(&LockSet::of_run(page, count));
         let legs = Shared::live(&s.snapshot());
         let results = fan::each(&legs, false, |leg| leg.store.discard(page, count));
         s.settle("discard", &legs, results)?;

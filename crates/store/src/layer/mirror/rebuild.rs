@@ -12,7 +12,7 @@
 //!    read as zeroes on a fresh spare and are skipped.
 //! 4. Promote the spare to HEALTHY.
 
-use super::{Leg, Shared, SpareRequest, StripeSet};
+use super::{Leg, LockSet, Shared, SpareRequest};
 use crate::{PageStore, ReadOp};
 use crate::{StoreError, StoreResult, WriteOp, PAGE_SIZE};
 use std::sync::atomic::Ordering::Relaxed;
@@ -72,7 +72,7 @@ fn replace(s: &Shared, slot: usize) -> StoreResult<()> {
         next[slot] = Arc::clone(&leg);
         *legs = next.into();
     }
-    drop(s.locks.write(&StripeSet::of_run(0, super::super::STRIPES as u64)));
+    drop(s.locks.write(&LockSet::of_run(0, crate::page_locks::STRIPES as u64)));
     s.counters.rebuilding.store(true, Relaxed);
     let started = Instant::now();
     let copied = copy_all(s, &leg);
@@ -111,7 +111,7 @@ fn copy_all(s: &Shared, leg: &Arc<Leg>) -> StoreResult<u64> {
 fn copy_word(s: &Shared, leg: &Arc<Leg>, word: u64, buf: &mut [u8]) -> StoreResult<u64> {
     let first = word * 64;
     let n = 64.min(s.pages - first);
-    let _owned = s.locks.write(&StripeSet::of_run(first, n));
+    let _owned = s.locks.write(&LockSet::of_run(first, n));
     let bits = s.written.word(word);
     let runs = runs_of(bits, first, n);
     let mut ops = Vec::with_capacity(runs.len());

@@ -90,7 +90,7 @@ impl Shared {
     /// Rewrite `page` on `bad` from `good`, owning the page meanwhile so no
     /// newer write is overwritten. Best effort: a failure drops `bad`.
     fn repair(&self, page: u64, good: &Leg, bad: &Leg) {
-        let _owned = self.locks.write(&super::StripeSet::of_run(page, 1));
+        let _owned = self.locks.write(&super::LockSet::of_run(page, 1));
         let mut copy = vec![0u8; PAGE_SIZE];
         if self.read_verified(page, &mut copy, good).is_err() {
             return;
