@@ -11,7 +11,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-const PAGES: u64 = 16384; // 64 MiB, sparse: larger than the 32 MiB request limit
+const PAGES: u64 = 32768; // 128 MiB, sparse: larger than the 64 MiB request limit
 const SIZE: u64 = PAGES * 4096;
 /// The bystander's region: the upper half, unaligned.
 const SAFE_AT: u64 = 12 << 20 | 123;
@@ -240,6 +240,23 @@ fn oversize_reads_and_writes_are_refused_without_allocating() {
         assert_eq!(c.recv(0).unwrap(), Reply { cookie: 77, error: EINVAL, data: vec![] });
         assert!(closes_soon(&mut c.s));
         assert!(srv.store_bytes(0, 0, 4096).iter().all(|&b| b == 0));
+    });
+}
+
+/// A client that never asked for block sizes may send 48 MiB at once (the
+/// kernel's nbd and older qemu do not ask); it must work as 4 KiB would.
+#[test]
+fn a_48_mib_write_reads_back_byte_for_byte() {
+    default_bystander(|srv| {
+        let mut c = RawClient::connect(srv.port, "", true);
+        // Past the bystander's bytes (at 12 MiB), within the 128 MiB export.
+        let at = 64 << 20;
+        let data = pattern(48, 48 << 20);
+        assert_eq!(c.write(at, &data), 0);
+        let back = c.read(at, 48 << 20).unwrap();
+        assert!(back == data, "48 MiB read back differs");
+        assert!(srv.store_bytes(0, at + (47 << 20), 4096) == data[47 << 20..(47 << 20) + 4096]);
+        c.disconnect();
     });
 }
 

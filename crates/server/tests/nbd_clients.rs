@@ -43,7 +43,7 @@ fn nbdinfo_reports_size_block_sizes_and_flags() {
         "\"export-size\": 16777216",
         "\"block_size_minimum\": 1",
         "\"block_size_preferred\": 4096",
-        "\"block_size_maximum\": 33554432",
+        "\"block_size_maximum\": 67108864",
         "\"can_multi_conn\": true",
         "\"can_flush\": true",
         "\"can_fua\": true",

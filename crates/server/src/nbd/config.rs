@@ -8,6 +8,9 @@ pub struct NbdConfig {
     /// Connections served at once; more are closed at accept.
     pub max_connections: usize,
     /// Largest READ or WRITE payload; advertised as the maximum block size.
+    /// 64 MiB, as nbdkit allows: a client that never asks for block sizes
+    /// (the kernel's nbd, older qemu) may send 32 MiB and more. One
+    /// connection's input buffer grows to this for such a WRITE.
     pub max_request_bytes: u32,
     /// A WRITE larger than `max_request_bytes` but no larger than this has its
     /// payload read and thrown away, then fails with EINVAL; a larger one
@@ -55,8 +58,8 @@ impl Default for NbdConfig {
     fn default() -> Self {
         NbdConfig {
             max_connections: 64,
-            max_request_bytes: 32 << 20,
-            max_skip_write_bytes: 64 << 20,
+            max_request_bytes: 64 << 20,
+            max_skip_write_bytes: 128 << 20,
             max_option_bytes: 64 << 10,
             max_options_per_handshake: 256,
             handshake_timeout_ms: 10_000,
