@@ -345,6 +345,9 @@ def memlend_summary(text):
     lines = [ln for ln in text.splitlines() if ln.startswith("memlend run:")]
     out = {"memlend_summary": lines}
     for ln in lines:
+        m = re.search(r"from the store p50 ([\d.]+) / p99 ([\d.]+) / p99.9 ([\d.]+) us", ln)
+        if m:
+            out["fault_p50_us"], out["fault_p99_us"], out["fault_p999_us"] = (float(g) for g in m.groups())
         if "from the store" not in ln:
             continue
         for key, pat in (("zero_filled", r"(\d+) zero-filled"), ("store_faults", r"(\d+) from the store"),

@@ -92,6 +92,12 @@ on this shared 2-core machine another engineer's tests disturb every number). Pr
 table; writes bench/results/NAME.json (every field) and NAME.png
 (ops/s over all-local against the local fraction, a line per peer, a panel per app x mix).
 
+Floors, measured once before the runs (shared/tools/floors, as far_micro.py): one
+userfaultfd COPY fault plus one TCP loopback round trip with a 4 KiB reply, on one core and
+across cores. "fault p50 us" is memlend's store-fault p50 from its summary (the handler's
+message read to the faulter's wake: a miss, never a hit), "x floor" its ratio to the
+same-core floor; the issue's goal is at most 1.25x.
+
 The machine is left as found on every exit path (normal, error, Ctrl-C, SIGTERM, SIGHUP),
 through far_micro's Undo stack: servers, clients and donors killed, swapoff, swapfile
 removed, zram reset, zswap (enabled, compressor) restored, the cgroup removed. Swap peers
@@ -861,6 +867,8 @@ COLUMNS = [
     Column("total_peak_mib", "total MiB", "{:,.0f}"),
     Column("timed_pswpin", "swap-ins", "{:,}"),
     Column("store_faults", "store faults", "{:,}"),
+    Column("fault_p50_us", "fault p50 us", "{:.1f}"),
+    Column("fault_p50_x_floor", "x floor", "{:.2f}"),
     Column("cpu_psi_pct", "cpu wait%", "{:.0f}"),
     Column("x_2x_threads", "2x thr", "{:.2f}"),
     Column("ok", "ok"),
@@ -950,6 +958,7 @@ def main():
     UNDO.push(f"rm -r {workdir}", lambda: shutil.rmtree(workdir, ignore_errors=True))
     atexit.register(UNDO.run)  # a last resort; the finally below normally empties it
     t_start = time.time()
+    floors = {}
     rows, skips, stamps, cal, busy, has_mem = [], {}, {}, {}, None, False
     machine = Machine(workdir)
     machine.cg = os.path.join(CG_ROOT, f"apps_{os.getpid()}")
@@ -981,6 +990,8 @@ def main():
         sh(["cc", "-O2", "-Wall", "-pthread", "-o", ycsb, os.path.join(HERE, "ycsb_load.c"), "-lm"])
         bench = Bench(a, machine, workdir, ycsb, binp, skips, variants, has_mem)
         n_cell = 0
+        floors = common.measure_floors(a.wait_quiet)
+        log(common.fmt_floors(floors))
         for app_name in apps:
             app = SERVERS[app_name]
             per_rec, empty = bench.calibrate(app)
@@ -1046,6 +1057,10 @@ def main():
     if not rows:
         return
     add_ratios(rows)
+    floor = floors.get("floor_same_p50_us")
+    for r in rows:
+        if r.get("fault_p50_us") and floor:
+            r["fault_p50_x_floor"] = round(r["fault_p50_us"] / floor, 2)
     order = {p: i for i, p in enumerate(peers)}
     mix_order = {m[0]: i for i, m in enumerate(mixes)}
     rows.sort(key=lambda r: (APPS.index(r["app"]), mix_order[r["mix"]], r["frac_pct"] or 0, order[r["peer"]]))
@@ -1068,13 +1083,14 @@ def main():
         "memcached": subprocess.run(["memcached", "-V"], capture_output=True, text=True).stdout.strip()
         if shutil.which("memcached") else None,
         "git_head": sh(["git", "-C", common.ROOT, "rev-parse", "--short", "HEAD"], check=False).stdout.strip(),
-        "memlend_build_mtimes": stamps,
+        "memlend_build_mtimes": stamps, "floors": floors,
     }
     title = (f"apps: {', '.join(apps)}, {human(a.size)} loaded, {a.value_size} B {a.values} values, zipf "
              f"{a.zipf} (YCSB scrambled), {a.threads} connections x {a.pipeline} in flight, {a.seconds:g} s timed; "
              f"every limited peer: total memory = mem% of all-local usage, in one memcg")
     print()
     report(a.name, rows, COLUMNS, meta=meta, title=title)
+    print(common.fmt_floors(floors) + " (x floor: memlend's store-fault p50, message read to wake, over the same-core floor)")
     png = os.path.join(common.RESULTS, a.name + ".png")
     plot(png, rows, peers, title)
     print("wrote", os.path.relpath(png))

@@ -162,3 +162,38 @@ def wait_quiet(max_wait_s=60, min_idle_pct=80, window_s=2.0):
         idle = cpu_idle_pct(window_s)
         if idle >= min_idle_pct or time.time() >= deadline:
             return idle
+
+
+# ---- the floor of a store fault (far_micro.py, apps.py) ---------------------
+
+
+def measure_floors(quiet_s=0):
+    """A store fault's floor, measured now: one userfaultfd COPY fault plus one TCP
+    loopback round trip with a 4 KiB reply, on one core ("same") and across cores
+    ("diff"), and TCP stream bandwidth. {} if the tools are absent."""
+    if quiet_s:
+        wait_quiet(quiet_s, 80)
+    fl = {}
+    for pin in ("same", "diff"):
+        u = floor_uffd_copy(pin)
+        r = floor_tcp_rr(pin)
+        if u and r:
+            fl[f"uffd_copy_{pin}_p50_us"] = u["p50_us"]
+            fl[f"uffd_copy_{pin}_faults_per_s"] = u["faults_per_s"]
+            fl[f"tcp_rr_{pin}_p50_us"] = r["p50_us"]
+            fl[f"floor_{pin}_p50_us"] = round(u["p50_us"] + r["p50_us"], 2)
+    s = floor_tcp_stream(2)
+    if s:
+        fl["tcp_stream_gbit_per_s"] = s
+        fl["tcp_stream_pages_per_s"] = round(s * 1e9 / 8 / 4096)
+    return fl
+
+
+def fmt_floors(fl):
+    """The floors as one line."""
+    if not fl:
+        return "floor: not measured (shared/tools/floors missing)"
+    return (f"floor (same run): uffd COPY p50 {fl['uffd_copy_same_p50_us']} us + TCP rr p50 "
+            f"{fl['tcp_rr_same_p50_us']} us = {fl['floor_same_p50_us']} us same core; "
+            f"{fl['uffd_copy_diff_p50_us']} + {fl['tcp_rr_diff_p50_us']} = {fl['floor_diff_p50_us']} us across cores; "
+            f"TCP stream {fl.get('tcp_stream_gbit_per_s')} Gbit/s = {fl.get('tcp_stream_pages_per_s', 0) / 1e3:.0f} K pages/s")

@@ -580,34 +580,6 @@ def merge_local(a, b):
 # ---- floors ------------------------------------------------------------------
 
 
-def measure_floors(quiet_s=0):
-    if quiet_s:
-        common.wait_quiet(quiet_s, 80)
-    fl = {}
-    for pin in ("same", "diff"):
-        u = common.floor_uffd_copy(pin)
-        r = common.floor_tcp_rr(pin)
-        if u and r:
-            fl[f"uffd_copy_{pin}_p50_us"] = u["p50_us"]
-            fl[f"uffd_copy_{pin}_faults_per_s"] = u["faults_per_s"]
-            fl[f"tcp_rr_{pin}_p50_us"] = r["p50_us"]
-            fl[f"floor_{pin}_p50_us"] = round(u["p50_us"] + r["p50_us"], 2)
-    s = common.floor_tcp_stream(2)
-    if s:
-        fl["tcp_stream_gbit_per_s"] = s
-        fl["tcp_stream_pages_per_s"] = round(s * 1e9 / 8 / 4096)
-    return fl
-
-
-def fmt_floors(fl):
-    if not fl:
-        return "floor: not measured (shared/tools/floors missing)"
-    return (f"floor (same run): uffd COPY p50 {fl['uffd_copy_same_p50_us']} us + TCP rr p50 "
-            f"{fl['tcp_rr_same_p50_us']} us = {fl['floor_same_p50_us']} us same core; "
-            f"{fl['uffd_copy_diff_p50_us']} + {fl['tcp_rr_diff_p50_us']} = {fl['floor_diff_p50_us']} us across cores; "
-            f"TCP stream {fl.get('tcp_stream_gbit_per_s')} Gbit/s = {fl.get('tcp_stream_pages_per_s', 0) / 1e3:.0f} K pages/s")
-
-
 # ---- ratios, targets, plot ---------------------------------------------------
 
 
@@ -721,7 +693,7 @@ def plot(path, rows, fl):
             ax.set_title(f"{size} region, {pat}, 50% writes", fontsize=10)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="lower left")
-    fig.suptitle("far_micro: throughput as a ratio to all-local, same run\n" + fmt_floors(fl)[:160], fontsize=9)
+    fig.suptitle("far_micro: throughput as a ratio to all-local, same run\n" + common.fmt_floors(fl)[:160], fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -837,8 +809,8 @@ def main():
                 log(f"{k}: skipped: {v}")
         touch = build_touch(workdir)
         log("floors ...")
-        fl = measure_floors(a.wait_quiet)
-        log(fmt_floors(fl))
+        fl = common.measure_floors(a.wait_quiet)
+        log(common.fmt_floors(fl))
         n_cell = 0
         for size_s in sizes:
             size = parse_size(size_s)
@@ -863,7 +835,7 @@ def main():
                                                               skips)))
                 log("   ", json.dumps({k: rows[-1].get(k) for k in ("touches_per_s", "local_runs", "ok", "note")}))
         # a last floor after the matrix: how much the machine drifted
-        fl_end = measure_floors(a.wait_quiet)
+        fl_end = common.measure_floors(a.wait_quiet)
         fl["end"] = {k: v for k, v in fl_end.items() if k.startswith("floor_") or k.startswith("uffd_copy_same")}
     finally:
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # let the cleanup finish
@@ -901,7 +873,7 @@ def main():
         png = os.path.join(common.RESULTS, a.name + ".sizes.png")
         plot_sizes(png, rows)
         print("wrote", os.path.relpath(png))
-    print(fmt_floors(fl))
+    print(common.fmt_floors(fl))
     if fl.get("end"):
         print(f"floor at the end of the run: {fl['end'].get('floor_same_p50_us')} us same core")
     print("targets:")
