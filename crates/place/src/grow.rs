@@ -9,11 +9,11 @@
 //! small ones while a region is young. Offsets are fixed, so the preload
 //! shim's arena, which allocates from the low end, fills segments in order.
 
-use memlend_store::{PageStore, ReadOp, StoreError, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
-use parking_lot::{Mutex, RwLock};
+use memlend_store::layer::on_demand::{OnDemand, Open};
+use memlend_store::{PageStore, StoreInfo, PAGE_SIZE};
 use std::sync::mpsc::{self, SyncSender};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The first segment's size unless `MEMLEND_LEASE_FIRST` says otherwise.
 pub const DEFAULT_FIRST_BYTES: u64 = 256 << 20;
@@ -69,112 +69,26 @@ pub struct Grow {
 /// Where a segment's `Grow` goes, as one of the lease thread's events.
 pub type Asks = SyncSender<crate::reclaim::Event>;
 
-/// A segment not yet leased: it reads as zeros (nothing was written) and
-/// its first write asks for the lease and waits for it.
-pub struct Lazy {
-    segment: usize,
-    pages: u64,
-    /// What the segment will be: the info of the region's first lease.
-    like: StoreInfo,
-    inner: RwLock<Option<Arc<dyn PageStore>>>,
-    /// One ask at a time; holds when the last ask was refused.
-    asking: Mutex<Option<Instant>>,
-    asks: Asks,
+/// A segment not yet leased: an `on_demand` store (it reads as zeros until
+/// written) whose `open` asks the region's lease thread for the segment's
+/// lease and waits for it. The store layer knows nothing of leases; the
+/// ask travels as a closure.
+pub fn unleased_segment(segment: usize, pages: u64, like: StoreInfo, asks: Asks) -> OnDemand {
+    let open: Open = Box::new(move || ask(segment, pages, &asks));
+    OnDemand::new(pages, like, format!("segment {segment}"), GROW_RETRY, open)
 }
 
-impl Lazy {
-    pub fn new(segment: usize, pages: u64, like: StoreInfo, asks: Asks) -> Lazy {
-        let (inner, asking) = (RwLock::new(None), Mutex::new(None));
-        Lazy { segment, pages, like, inner, asking, asks }
-    }
-
-    fn current(&self) -> Option<Arc<dyn PageStore>> {
-        self.inner.read().clone()
-    }
-
-    /// The segment's store, leased now if it is not yet.
-    fn leased(&self) -> StoreResult<Arc<dyn PageStore>> {
-        if let Some(s) = self.current() {
-            return Ok(s);
-        }
-        let mut refused = self.asking.lock();
-        if let Some(s) = self.current() {
-            return Ok(s);
-        }
-        if refused.is_some_and(|until| Instant::now() < until) {
-            return Err(StoreError::NoSpace(format!(
-                "segment {} of the region has no lease yet (asked less than {} s ago)",
-                self.segment,
-                GROW_RETRY.as_secs()
-            )));
-        }
-        match self.ask() {
-            Ok(s) => {
-                *self.inner.write() = Some(Arc::clone(&s));
-                Ok(s)
-            }
-            Err(why) => {
-                *refused = Some(Instant::now() + GROW_RETRY);
-                Err(StoreError::NoSpace(format!("segment {}: {why}", self.segment)))
-            }
-        }
-    }
-
-    fn ask(&self) -> Result<Arc<dyn PageStore>, String> {
-        let (reply, answer) = mpsc::sync_channel(1);
-        let grow = Grow { segment: self.segment, pages: self.pages, reply };
-        let gone = || "the region's lease thread has stopped".to_string();
-        self.asks.send(crate::reclaim::Event::Grow(grow)).map_err(|_| gone())?;
-        // The lease thread may be moving a reclaimed lease: wait a little
-        // longer than it waits for the cluster.
-        match answer.recv_timeout(GROW_WAIT + Duration::from_secs(2)) {
-            Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Timeout) => Err("no lease in time".into()),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(gone()),
-        }
-    }
-}
-
-impl PageStore for Lazy {
-    /// Always this segment's size, so the offsets of the segments after it
-    /// never change, whatever the leases hold.
-    fn info(&self) -> StoreInfo {
-        let (pages, segment) = (self.pages, self.segment);
-        match self.current() {
-            Some(s) => StoreInfo { pages, ..s.info() },
-            None => StoreInfo { pages, name: format!("unleased({segment})"), ..self.like.clone() },
-        }
-    }
-
-    fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
-        match self.current() {
-            Some(s) => s.read(ops),
-            None => {
-                for op in ops.iter_mut() {
-                    memlend_store::check_run(self.pages, op.page, op.buf.len())?;
-                    op.buf.fill(0);
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
-        for op in ops {
-            memlend_store::check_run(self.pages, op.page, op.data.len())?;
-        }
-        self.leased()?.write(ops)
-    }
-
-    fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
-        match self.current() {
-            Some(s) => s.discard(page, count),
-            None => memlend_store::check_range(self.pages, page, count),
-        }
-    }
-
-    fn flush(&self) -> StoreResult<()> {
-        self.current().map_or(Ok(()), |s| s.flush())
+fn ask(segment: usize, pages: u64, asks: &Asks) -> Result<Arc<dyn PageStore>, String> {
+    let (reply, answer) = mpsc::sync_channel(1);
+    let grow = Grow { segment, pages, reply };
+    let gone = || "the region's lease thread has stopped".to_string();
+    asks.send(crate::reclaim::Event::Grow(grow)).map_err(|_| gone())?;
+    // The lease thread may be moving a reclaimed lease: wait a little
+    // longer than it waits for the cluster.
+    match answer.recv_timeout(GROW_WAIT + Duration::from_secs(2)) {
+        Ok(r) => r,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err("no lease in time".into()),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(gone()),
     }
 }
 

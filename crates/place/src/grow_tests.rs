@@ -1,6 +1,7 @@
 use super::*;
 use crate::reclaim::Event;
 use memlend_store::ram::{RamOptions, RamStore};
+use memlend_store::{ReadOp, StoreError, WriteOp};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::mpsc::Receiver;
 
@@ -35,12 +36,12 @@ fn lease_thread(events: Receiver<Event>, asks: Arc<AtomicU64>, refuse: Arc<Atomi
     });
 }
 
-fn lazy(pages: u64) -> (Lazy, Arc<AtomicU64>, Arc<AtomicU64>) {
+fn lazy(pages: u64) -> (OnDemand, Arc<AtomicU64>, Arc<AtomicU64>) {
     let (tx, rx) = crate::reclaim::channel();
     let (asks, refuse) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     lease_thread(rx, Arc::clone(&asks), Arc::clone(&refuse));
     let like = RamStore::new(1, RamOptions::default()).unwrap().info();
-    (Lazy::new(3, pages, like, tx), asks, refuse)
+    (unleased_segment(3, pages, like, tx), asks, refuse)
 }
 
 fn page(seed: u8) -> Vec<u8> {
@@ -86,7 +87,7 @@ fn a_refused_segment_fails_its_writes_clearly_then_asks_again() {
     assert!(matches!(&e, StoreError::NoSpace(m) if m.contains("no room")), "{e}");
     // Within GROW_RETRY, refused at once without asking.
     let e = l.write(&[WriteOp { page: 0, data: &page(1) }]).unwrap_err();
-    assert!(e.to_string().contains("no lease yet"), "{e}");
+    assert!(e.to_string().contains("no store yet"), "{e}");
     assert_eq!(asks.load(SeqCst), 1);
     refuse.store(0, SeqCst);
     std::thread::sleep(GROW_RETRY);

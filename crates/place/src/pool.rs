@@ -4,7 +4,7 @@
 //! donor reclaims it the pages move (to another lease, or home) while the
 //! program runs; `reclaim.rs` does that on its own thread.
 
-use crate::grow::Lazy;
+use crate::grow::unleased_segment;
 use crate::{Copies, Opened, Placement, Redundancy};
 use anyhow::{bail, Context, Result};
 use memlend_pool::api::{self, Ask, Client, LeaseGrant, Tell};
@@ -83,7 +83,7 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
     let like = first.info();
     let mut stores = vec![Arc::clone(&first)];
     for (i, &size) in sizes.iter().enumerate().skip(1) {
-        stores.push(Arc::new(Lazy::new(i, size, like.clone(), tx.clone())));
+        stores.push(Arc::new(unleased_segment(i, size, like.clone(), tx.clone())));
     }
     let store = Concat::new(stores)?;
     let names: Vec<&str> = grants.iter().map(|g| g.donor_name.as_str()).collect();

@@ -6,7 +6,7 @@
 //! only ciphertext, `stats` counts and times every operation, `stripe`
 //! spreads pages over several stores (donors), `concat` joins stores of
 //! any sizes end to end (leases), `mirror` keeps every page on two or more
-//! stores and rebuilds a lost copy, `relocate` moves pages while in use,
+//! stores and rebuilds a lost copy, `relocate` moves pages while in use, `on_demand` opens its store on the first write,
 //! `lost` stands in for a store whose pages are gone, `local_tags` keeps
 //! a sidecar per page for a store that has none (for `crypt`). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
@@ -22,6 +22,7 @@ mod flaky;
 pub mod local_tags;
 pub mod lost;
 pub mod mirror;
+pub mod on_demand;
 pub mod relocate;
 pub mod stats;
 pub mod stripe;
@@ -34,6 +35,7 @@ pub use erasure::{Erasure, ErasureStats};
 pub use local_tags::LocalTags;
 pub use lost::Lost;
 pub use mirror::{Mirror, MirrorOptions, MirrorStats};
+pub use on_demand::OnDemand;
 pub use relocate::Relocatable;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};
 pub use stripe::Stripe;
