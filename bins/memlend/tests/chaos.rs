@@ -249,7 +249,7 @@ fn sigstop_of_a_donor_fails_over_within_a_second() {
     let c = Cluster::up("cstop", 2);
     let o = mirrored_run(&c, "SIGSTOP of a donor", |c| c.donor(3).signal("-STOP"));
     assert!(o.legs_failed >= 1 && o.rebuilt >= 1, "{o:?}");
-    assert!(o.pause_ms < 2000, "{o:?}");
+    assert!(o.pause_ms < 1000, "the docs promise a pause under a second: {o:?}");
 }
 
 #[test]
