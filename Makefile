@@ -10,12 +10,17 @@ demo: setup build
 	scripts/demo.sh
 
 # --no-fail-fast: every failing test binary is reported, not just the first;
-# the summary is printed whether or not cargo failed.
+# the summary is printed whether or not cargo failed. The fault, store and
+# wire tests then run again with debug assertions and overflow checks on
+# (profile `checked`), so their debug_assert! invariants are exercised too.
+CHECKED_CRATES := -p memlend-fault -p memlend-store -p memlend-wire
 test: setup lint build
 	@mkdir -p target && rm -f target/skipped.log
-	set -o pipefail; MEMLEND_SKIP_LOG=$(CURDIR)/target/skipped.log \
-	  cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test.log; \
-	  status=$$?; scripts/test-summary.sh target/test.log target/skipped.log && exit $$status
+	set -o pipefail; export MEMLEND_SKIP_LOG=$(CURDIR)/target/skipped.log; \
+	  cargo test --workspace --release --no-fail-fast 2>&1 | tee target/test.log; status=$$?; \
+	  echo "== again with debug assertions: $(CHECKED_CRATES)" | tee -a target/test.log; \
+	  cargo test --profile checked $(CHECKED_CRATES) --no-fail-fast 2>&1 | tee -a target/test.log || status=1; \
+	  scripts/test-summary.sh target/test.log target/skipped.log && exit $$status
 	scripts/fuzz_smoke.sh
 
 setup:

@@ -11,7 +11,7 @@ fn compressible(page: u32, seed: u8) -> Vec<u8> {
 
 /// A page that does not: xorshift bytes.
 fn random(page: u32) -> Vec<u8> {
-    let mut x = (u64::from(page) * 0x9E37_79B9_7F4A_7C15) | 1;
+    let mut x = u64::from(page).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..PAGE_SIZE)
         .map(|_| {
             x ^= x << 13;
