@@ -1,9 +1,11 @@
 //! `memlendd`: the memlend node daemon.
 //!
-//! Today it lends a fixed amount of RAM (`--lend`) over the page protocol and,
-//! with `--nbd`, as NBD exports carved out of the same budget. The ACMS
-//! control plane (classification, offers, grants, reclaim) joins this binary
-//! later as another service beside these two.
+//! It lends RAM over the page protocol (`--lend`) and, with `--nbd`, as NBD
+//! exports carved out of the same budget (`run.rs`). With `--cluster` it also
+//! runs the ACMS control plane (`cluster/`): it classifies the node, offers,
+//! grants and reclaims leases, and serves the local API socket for
+//! `memlend run --pool` and `memlend status`. Settings come from the flags
+//! (`args.rs`), or a TOML file they override (`config.rs`).
 
 mod args;
 mod cluster;

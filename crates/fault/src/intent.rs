@@ -41,8 +41,8 @@ pub(crate) struct WriteIntent {
 }
 
 impl WriteIntent {
-    /// `enabled: false` maps every store page `Clean`, as before this
-    /// existed (kept for measuring the difference).
+    /// `enabled: false` maps every store page `Clean` (for measuring what
+    /// mapping writable saves).
     pub(crate) fn new(enabled: bool) -> WriteIntent {
         WriteIntent {
             written: 0,
