@@ -87,6 +87,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let given =
         a.preload.clone().or_else(|| std::env::var_os("MEMLEND_PRELOAD").map(PathBuf::from));
     let shim_path = find_shim(given.as_deref())?;
+    if let Err(why) = memlend_fault::check_access() {
+        bail!("{why}");
+    }
     let local = match (a.local, a.mem) {
         (Some(b), _) | (None, Some(b)) => b,
         (None, None) => memlend_node::meminfo::Memory::read()?.available_bytes / 2,

@@ -231,3 +231,49 @@ fn with_mem_the_whole_process_stays_within_it_as_the_rest_grows() {
     assert!(peak <= 65.0, "the process went past --mem 64M: {line}");
     assert!(budget < 40.0, "the far budget did not shrink for the 24 MiB grown: {line}");
 }
+
+/// A user who may not use userfaultfd gets an error that says so and names
+/// the fixes, before the program starts, rather than a program that dies of
+/// MemoryError for no stated reason. Run as `nobody` through runuser.
+#[test]
+fn a_user_without_userfaultfd_is_told_how_to_allow_it() {
+    let sysctl =
+        std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
+    let dev_open = std::fs::metadata("/dev/userfaultfd")
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o006 != 0)
+        .unwrap_or(false);
+    let root = effective_uid() == 0;
+    if !root || sysctl.trim() != "0" || dev_open || which("runuser").is_none() {
+        return memlend_testskip::skip(
+            "needs root, runuser, vm.unprivileged_userfaultfd=0 and a private /dev/userfaultfd",
+        );
+    }
+    let out = Command::new("runuser")
+        .args([
+            "-u", "nobody", "--", MEMLEND, "run", "--local", "16M", "--ssd", "/tmp", "--", "true",
+        ])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "memlend run went ahead: {err}");
+    for want in
+        ["may not use userfaultfd", "vm.unprivileged_userfaultfd", "usermod -aG", "run as root"]
+    {
+        assert!(err.contains(want), "the error lacks {want:?}: {err}");
+    }
+}
+
+fn effective_uid() -> u32 {
+    // /proc/self/status's Uid line: real, effective, saved, filesystem.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    uid.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+fn which(tool: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(tool))
+        .find(|p| p.is_file())
+}

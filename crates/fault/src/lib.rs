@@ -45,4 +45,5 @@ pub use error::{FaultError, Result};
 pub use region::{Region, RegionConfig, Tuning};
 pub use state::{PageState, PageTable, Policy, METADATA_BYTES_PER_PAGE};
 pub use stats::{DetailedStats, HandlerStats, RegionStats};
+pub use uffd::check_access;
 pub use zpool::PoolStats;

@@ -427,3 +427,22 @@ pub fn wait(
 #[cfg(test)]
 #[path = "uffd_tests.rs"]
 pub(crate) mod tests;
+
+/// Whether this process may use userfaultfd, as far regions need; if not,
+/// why, and how to allow it. Opens a descriptor and closes it again.
+pub fn check_access() -> Result<(), String> {
+    match Uffd::open_region() {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => Err(format!(
+            "this user may not use userfaultfd ({e}: vm.unprivileged_userfaultfd is {}, and \
+             /dev/userfaultfd is not open to it). Allow it in one of three ways: give a group \
+             read-write on /dev/userfaultfd (a udev rule: KERNEL==\"userfaultfd\", \
+             GROUP=\"memlend\", MODE=\"0660\") and add the user to it (`usermod -aG memlend \
+             USER`, then log in again); or `sysctl vm.unprivileged_userfaultfd=1`; or run as root",
+            std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd")
+                .map(|v| v.trim().to_string())
+                .unwrap_or_else(|_| "unknown".into())
+        )),
+        Err(e) => Err(format!("userfaultfd is not available here: {e}")),
+    }
+}
