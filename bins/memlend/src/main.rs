@@ -8,6 +8,7 @@ mod lab;
 mod replay;
 mod run;
 mod run_report;
+mod sim;
 mod status;
 mod verify;
 
@@ -42,6 +43,9 @@ enum Cmd {
     /// Replay page-access traces (`run --trace`) through eviction
     /// policies; print misses against Belady's optimum.
     Replay(replay::ReplayArgs),
+    /// Simulate the control plane of N nodes (real engine, seeded network)
+    /// and print what it costs and achieves (docs/scale.md).
+    Sim(sim::SimArgs),
     /// A cluster on one machine: namespaces, a bridge, cgroups, daemons.
     Lab(lab::LabArgs),
     /// Hold memory in a detached process (in a lab node with --node).
@@ -66,6 +70,7 @@ fn main() {
         Cmd::Run(a) => run::run(&a),
         Cmd::Lab(a) => lab::run(&a),
         Cmd::Replay(a) => replay::run(&a),
+        Cmd::Sim(a) => sim::run(&a),
         Cmd::Balloon(a) => balloon::run(&a),
         Cmd::BalloonHold(a) => balloon::hold(&a),
         Cmd::NetemHold(a) => lab::delayer::hold(&a),

@@ -1,0 +1,112 @@
+//! `memlend sim`: the ACMS control plane of N simulated nodes (the real
+//! engine and classifier, a seeded network), one run per node count; a
+//! table or JSON of what each run measured. See `docs/scale.md`.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use memlend_sim::{NetParams, Params, Report};
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Nodes; a comma-separated list runs each in turn (10,100,1000).
+    #[arg(long, default_value = "10")]
+    pub nodes: String,
+    /// Simulated seconds per run.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Probability that a datagram to one receiver is lost.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Probability that a datagram that arrives arrives twice.
+    #[arg(long, default_value_t = 0.0)]
+    pub dup: f64,
+    /// One-way latency floor and mean exponential jitter, µs.
+    #[arg(long, default_value_t = 50)]
+    pub latency_us: u64,
+    #[arg(long, default_value_t = 30)]
+    pub jitter_us: u64,
+    /// Share of nodes that only lend.
+    #[arg(long, default_value_t = 0.5)]
+    pub lenders: f64,
+    /// Node crashes per run, each restarted 2 to 10 s later.
+    #[arg(long, default_value_t = 0)]
+    pub crashes: usize,
+    /// Print a JSON array of reports instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: &SimArgs) -> Result<()> {
+    let counts = node_counts(&a.nodes)?;
+    let net =
+        NetParams { latency_us: a.latency_us, jitter_us: a.jitter_us, loss: a.loss, dup: a.dup };
+    let mut reports = Vec::new();
+    if !a.json {
+        println!("{}", header());
+    }
+    for nodes in counts {
+        let p = Params {
+            net,
+            lender_share: a.lenders,
+            crashes: a.crashes,
+            ..Params::new(nodes, a.seconds, a.seed)
+        };
+        let r = memlend_sim::run(&p).map_err(anyhow::Error::msg)?;
+        if !a.json {
+            println!("{}", row(&r));
+        }
+        reports.push(r);
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    Ok(())
+}
+
+fn node_counts(spec: &str) -> Result<Vec<usize>> {
+    let mut v = Vec::new();
+    for s in spec.split(',').filter(|s| !s.trim().is_empty()) {
+        match s.trim().parse::<usize>() {
+            Ok(n) => v.push(n),
+            Err(e) => bail!("--nodes {s:?}: {e}"),
+        }
+    }
+    if v.is_empty() {
+        bail!("--nodes names no node count");
+    }
+    Ok(v)
+}
+
+fn header() -> String {
+    format!(
+        "{:>6} {:>5} {:>5} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>7} {:>9} {:>8} {:>8} {:>7} {:>7} {:>8}",
+        "nodes", "secs", "loss", "tx_msg/s", "tx_KB/s", "rx_msg/s", "rx_KB/s", "p50_ms", "p99_ms",
+        "met", "unmet_GiB", "harvest%", "strand", "cls/min", "wall_s", "rss_MiB"
+    )
+}
+
+fn row(r: &Report) -> String {
+    let o = &r.outcome;
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+    format!(
+        "{:>6} {:>5} {:>5.2} {:>8.1} {:>9.2} {:>8.1} {:>9.2} {:>8} {:>8} {:>7} {:>9.2} {:>8} {:>8} {:>7.2} {:>7.1} {:>8}",
+        o.nodes,
+        o.seconds,
+        o.loss,
+        o.msgs_sent_per_node_s,
+        o.bytes_sent_per_node_s / 1e3,
+        o.msgs_recv_per_node_s,
+        o.bytes_recv_per_node_s / 1e3,
+        ms(o.lease_latency_ms_p50),
+        ms(o.lease_latency_ms_p99),
+        o.demand_met,
+        o.unmet_end_bytes as f64 / (1u64 << 30) as f64,
+        o.harvest_pct.map_or("-".to_string(), |h| format!("{h:.1}")),
+        o.stranded_end,
+        o.class_changes_per_node_min,
+        r.cost.wall_ms as f64 / 1e3,
+        r.cost.peak_rss_bytes >> 20,
+    )
+}

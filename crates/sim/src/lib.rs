@@ -1,0 +1,62 @@
+//! A deterministic discrete-event simulator of the ACMS control plane: N
+//! nodes, each running the real `memlend_pool` engine and classifier, on a
+//! simulated clock and a seeded network. The same parameters give the same
+//! run byte for byte (`Outcome::trace_hash` covers every datagram sent).
+//!
+//! `sim.rs` is the event loop, `node.rs` one node, `net.rs` the network,
+//! `workload.rs` the memory traces, `measure.rs` what is counted and
+//! reported. `docs/scale.md` says what it measured.
+
+mod finish;
+mod measure;
+mod net;
+mod node;
+mod queue;
+mod rng;
+mod sim;
+mod workload;
+
+pub use measure::{Cost, Outcome, Report};
+pub use net::NetParams;
+pub use queue::MAX_EVENTS;
+pub use sim::run;
+
+/// Largest cluster simulated: node addresses are 10.x.y.z.
+pub const MAX_NODES: usize = 1 << 20;
+/// Longest run, simulated seconds.
+pub const MAX_SECONDS: u64 = 24 * 3600;
+
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub nodes: usize,
+    pub seconds: u64,
+    pub seed: u64,
+    pub net: NetParams,
+    /// Share of nodes that only lend (low, steady use).
+    pub lender_share: f64,
+    /// Node crashes, each followed by a restart 2 to 10 s later.
+    pub crashes: usize,
+}
+
+impl Params {
+    pub fn new(nodes: usize, seconds: u64, seed: u64) -> Params {
+        Params { nodes, seconds, seed, net: NetParams::default(), lender_share: 0.5, crashes: 0 }
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if !(2..=MAX_NODES).contains(&self.nodes) {
+            return Err(format!("nodes must be 2 to {MAX_NODES}, got {}", self.nodes));
+        }
+        if !(1..=MAX_SECONDS).contains(&self.seconds) {
+            return Err(format!("seconds must be 1 to {MAX_SECONDS}, got {}", self.seconds));
+        }
+        let probs =
+            [("loss", self.net.loss), ("dup", self.net.dup), ("lenders", self.lender_share)];
+        for (what, p) in probs {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{what} must be in [0, 1], got {p}"));
+            }
+        }
+        Ok(())
+    }
+}

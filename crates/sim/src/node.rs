@@ -1,0 +1,164 @@
+//! One simulated node: the real engine and classifier, its memory trace,
+//! its transport state (datagram counter, replay guard) and the borrower
+//! agent's bookkeeping. A crash throws the engine away; a restart builds a
+//! fresh one under the same name, one incarnation later.
+
+use crate::rng::{mix, Rng};
+use crate::workload::Trace;
+use memlend_pool::classify::{Classifier, Thresholds};
+use memlend_pool::engine::{BorrowedState, Config, Engine, Metrics};
+use memlend_pool::select::{make, SelectorKind};
+use memlend_wire::ctrl::{NodeId, ReplayGuard};
+use std::net::{Ipv4Addr, SocketAddr};
+
+/// The one local owner (process) that holds every lease of a node.
+pub const OWNER: u64 = 1;
+const CTRL_PORT: u16 = 7071;
+const DATA_PORT: u16 = 7070;
+
+pub struct SimNode {
+    pub index: u32,
+    pub id: NodeId,
+    pub name: String,
+    pub up: bool,
+    pub incarnation: u64,
+    pub engine: Engine,
+    pub classifier: Classifier,
+    pub trace: Trace,
+    /// Transport: the last datagram number sent, and the receive side's
+    /// replay window (as `memlendd`'s transport keeps them).
+    pub counter: u64,
+    pub replay: ReplayGuard,
+    /// The earliest tick queued for this incarnation (u64::MAX: none).
+    pub tick_at_us: u64,
+    /// When the current unmet demand began (the first `want` not yet
+    /// covered by active leases).
+    pub demand_since_us: Option<u64>,
+    /// Remote need at the last sample: what the agent asked the engine for.
+    pub need_bytes: u64,
+    /// Metrics of engines lost in crashes, so counts survive restarts.
+    pub retired: Metrics,
+}
+
+impl SimNode {
+    pub fn new(index: u32, trace: Trace, rng: &mut Rng) -> SimNode {
+        let name = format!("n{index:05}");
+        let (engine, classifier) = fresh(index, &name, rng);
+        SimNode {
+            index,
+            id: node_id(index),
+            name,
+            up: false, // until its boot event
+            incarnation: 1,
+            engine,
+            classifier,
+            trace,
+            counter: 0,
+            replay: ReplayGuard::new(),
+            tick_at_us: u64::MAX,
+            demand_since_us: None,
+            need_bytes: 0,
+            retired: Metrics::default(),
+        }
+    }
+
+    pub fn crash(&mut self) {
+        self.up = false;
+        add_metrics(&mut self.retired, self.engine.metrics());
+    }
+
+    pub fn restart(&mut self, rng: &mut Rng) {
+        let (engine, classifier) = fresh(self.index, &self.name, rng);
+        self.engine = engine;
+        self.classifier = classifier;
+        self.incarnation += 1;
+        self.counter = 0;
+        self.replay = ReplayGuard::new();
+        self.tick_at_us = u64::MAX;
+        self.demand_since_us = None;
+        self.need_bytes = 0;
+        self.up = true;
+    }
+
+    /// Bytes of leases that serve the node now (bound and not reclaimed).
+    pub fn active_borrowed_bytes(&self) -> u64 {
+        self.engine.borrowed().filter(|b| b.state == BorrowedState::Active).map(|b| b.bytes).sum()
+    }
+
+    /// Bytes the node holds or is binding (not being reclaimed).
+    pub fn held_bytes(&self) -> u64 {
+        self.engine
+            .borrowed()
+            .filter(|b| !matches!(b.state, BorrowedState::Reclaimed { .. }))
+            .map(|b| b.bytes)
+            .sum()
+    }
+
+    /// This incarnation's metrics plus those of crashed ones.
+    pub fn metrics(&self) -> Metrics {
+        let mut m = self.retired.clone();
+        if self.up {
+            add_metrics(&mut m, self.engine.metrics());
+        }
+        m
+    }
+}
+
+/// The daemon's defaults: broadcast on one LAN, first-come selector, the
+/// default guard bands and timing.
+fn fresh(index: u32, name: &str, rng: &mut Rng) -> (Engine, Classifier) {
+    let mut secret = [0u8; 32];
+    for chunk in secret.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    let cfg = Config::new(node_id(index), name, data_addr(index), secret);
+    let engine = Engine::new(cfg, make(SelectorKind::FirstCome));
+    let classifier = Classifier::new(Thresholds::default(), Default::default())
+        .expect("the default timing is valid");
+    (engine, classifier)
+}
+
+fn add_metrics(into: &mut Metrics, m: &Metrics) {
+    for k in 0..7 {
+        into.sent[k] += m.sent[k];
+        into.received[k] += m.received[k];
+    }
+    into.class_changes += m.class_changes;
+    into.grants_expired += m.grants_expired;
+    into.leases_stranded += m.leases_stranded;
+    into.reclaims_sent += m.reclaims_sent;
+    into.reclaims_overdue += m.reclaims_overdue;
+    into.demands_unmet += m.demands_unmet;
+    into.leases_lost += m.leases_lost;
+    into.migrations += m.migrations;
+}
+
+/// Distinct per node (the finaliser is a bijection), stable across
+/// restarts, as the daemon's id from its name is.
+pub fn node_id(index: u32) -> NodeId {
+    mix(u64::from(index) + 1)
+}
+
+fn ip(index: u32) -> Ipv4Addr {
+    let [_, a, b, c] = index.to_be_bytes();
+    Ipv4Addr::new(10, a, b, c)
+}
+
+pub fn ctrl_addr(index: u32) -> SocketAddr {
+    SocketAddr::from((ip(index), CTRL_PORT))
+}
+
+fn data_addr(index: u32) -> SocketAddr {
+    SocketAddr::from((ip(index), DATA_PORT))
+}
+
+/// The node a control address belongs to (the inverse of `ctrl_addr`).
+pub fn index_of(addr: SocketAddr) -> Option<u32> {
+    match addr {
+        SocketAddr::V4(a) if a.port() == CTRL_PORT => {
+            let [_, x, y, z] = a.ip().octets();
+            Some(u32::from_be_bytes([0, x, y, z]))
+        }
+        _ => None,
+    }
+}
