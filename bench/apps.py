@@ -73,6 +73,11 @@ whole server process tree:
                  outside the far region's budget, measured at the start (memcg usage of the
                  empty server under memlend) plus a margin of 16 MiB + size/64 (page tables,
                  per-page metadata, which grow with the data); --memlend-overhead MIB sets it.
+  memlend-zswap-total
+                 memlend-donor with LIMIT = the total memory the zswap peer of the same cell
+                 peaked at (its memcg's usage plus its compressed pool, which cgroup v1 does
+                 not charge to the memcg): the two at equal total memory. Runs after zswap in
+                 each cell; skipped where zswap did not run or failed.
   NAME           for each --memlend-variant NAME=ARGS: memlend-donor with ARGS appended
                  (after --memlend-args, which every memlend peer gets), e.g.
                  --memlend-variant memlend-lz4="--compress lz4".
@@ -128,7 +133,9 @@ from report import Column, report  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APPS = ["redis", "memcached"]
-BASE_PEERS = ["local", "swap-disk", "zswap", "zram", "memlend-donor"]
+BASE_PEERS = ["local", "swap-disk", "zswap", "zram", "memlend-donor", "memlend-zswap-total"]
+# Runs after zswap in its cell, with --mem (and its memcg limit) = zswap's total peak there.
+AT_ZSWAP_TOTAL = "memlend-zswap-total"
 SWAP_PEERS = ("swap-disk", "zswap", "zram")
 ZSWAP_DIR = os.path.dirname(ZSWAP)
 CAL_RECORDS = 50_000
@@ -774,6 +781,15 @@ def vmstat_all():
 # ---- ratios, plot, table ---------------------------------------------------------------------------
 
 
+def zswap_total_limit(rows, app, mix, frac):
+    """The total memory (bytes, whole MiB up) the zswap peer of this cell peaked at, if it ran."""
+    for r in rows:
+        if (r.get("app"), r.get("mix"), r.get("frac_pct"), r.get("peer")) == (app, mix, frac, "zswap"):
+            if r.get("ok") and r.get("total_peak_mib"):
+                return int(-(-r["total_peak_mib"] // 1)) * MIB
+    return None
+
+
 def add_ratios(rows):
     def key(r):
         return r["app"], r["mix"]
@@ -796,7 +812,7 @@ def add_ratios(rows):
 
 
 COLORS = {"local": "#555555", "swap-disk": "#c0392b", "zswap": "#8e44ad", "zram": "#e67e22",
-          "memlend-donor": "#2471a3"}
+          "memlend-donor": "#2471a3", "memlend-zswap-total": "#1abc9c"}
 EXTRA_COLORS = ["#17a589", "#5dade2", "#0b5345", "#a9cce3"]
 
 
@@ -1036,9 +1052,19 @@ def main():
                     limit = base * f // 100 // MIB * MIB
                     k = n_cell % max(1, len(others))
                     n_cell += 1
-                    for peer in others[k:] + others[:k]:
-                        log(f"== {app_name} {mix[0]} {f}% ({limit // MIB} MiB): {peer}")
-                        row = bench.run_peer(app, mix, peer, f, limit, records, oh)
+                    late = [p for p in others if p == AT_ZSWAP_TOTAL]
+                    others_now = [p for p in others if p not in late]
+                    k = k % max(1, len(others_now))
+                    for peer in others_now[k:] + others_now[:k] + late:
+                        peer_limit = limit
+                        if peer == AT_ZSWAP_TOTAL:
+                            peer_limit = zswap_total_limit(rows, app_name, mix[0], f)
+                            if peer_limit is None:
+                                rows.append({"app": app_name, "mix": mix[0], "peer": peer, "frac_pct": f,
+                                             "note": "skipped: no zswap run in this cell to match"})
+                                continue
+                        log(f"== {app_name} {mix[0]} {f}% ({peer_limit // MIB} MiB): {peer}")
+                        row = bench.run_peer(app, mix, peer, f, peer_limit, records, oh)
                         rows.append(row)
                         log("   ", json.dumps({k: row.get(k) for k in ("ops_per_s", "p50_us", "p99_us",
                                                                      "cg_max_usage_mib", "total_peak_mib",
