@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: demo test setup build lint bench bench-nbd bench-proto fuzz clean
+.PHONY: demo test setup build lint deb bench bench-nbd bench-proto fuzz clean
 
 demo: setup build
 	scripts/demo.sh
@@ -28,6 +28,10 @@ setup:
 
 build:
 	cargo build --release --workspace
+
+# The Debian package, into target/debian/ (docs/install.md).
+deb: setup build
+	scripts/deb.sh
 
 lint:
 	cargo fmt --all -- --check

@@ -54,6 +54,9 @@ enum Cmd {
     BalloonHold(balloon::HoldArgs),
     #[command(hide = true)]
     NetemHold(lab::delayer::HoldArgs),
+    /// Write man pages and shell completions into DIR (for packaging).
+    #[command(hide = true)]
+    GenerateDocs { dir: PathBuf },
 }
 
 fn main() {
@@ -74,6 +77,10 @@ fn main() {
         Cmd::Balloon(a) => balloon::run(&a),
         Cmd::BalloonHold(a) => balloon::hold(&a),
         Cmd::NetemHold(a) => lab::delayer::hold(&a),
+        Cmd::GenerateDocs { dir } => {
+            use clap::CommandFactory;
+            memlend_node::cli_docs::write(Cli::command(), &dir).map(|_| ())
+        }
     };
     if let Err(e) = result {
         eprintln!("memlend: {e:#}");

@@ -17,6 +17,11 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     pub check_config: Option<PathBuf>,
 
+    /// Write man pages and shell completions into DIR and exit (for
+    /// packaging).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub generate_docs: Option<PathBuf>,
+
     /// How much memory to lend in all, e.g. `2G`. Refused if the node cannot
     /// really give it. Required without --cluster; with it, a cap on what the
     /// classifier may lend.

@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::path::Path;
 
 /// Keys the file may not set: they are about the file itself, or clap's.
-const NOT_KEYS: [&str; 4] = ["config", "check-config", "help", "version"];
+const NOT_KEYS: [&str; 5] = ["config", "check-config", "generate-docs", "help", "version"];
 /// A config file is a few hundred bytes; refuse anything absurd.
 const FILE_BYTES_MAX: u64 = 1 << 20;
 

@@ -20,6 +20,13 @@ fn main() {
         eprintln!("memlendd: {e:#}");
         std::process::exit(2);
     });
+    if let Some(dir) = &args.generate_docs {
+        if let Err(e) = memlend_node::cli_docs::write(args::Args::command(), dir) {
+            eprintln!("memlendd: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Some(path) = &args.check_config {
         println!("memlendd: {} is a valid config", path.display());
         return;

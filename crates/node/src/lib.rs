@@ -1,7 +1,8 @@
 //! A memlend node: what the binaries share. Sizes and key files as users
-//! write them, how much memory this node can really lend, logging, and the
-//! services `memlendd` runs. The ACMS control plane joins here later.
+//! write them, how much memory this node can really lend (meminfo, cgroups),
+//! process checks, logging, and both binaries' man pages and completions.
 
+pub mod cli_docs;
 pub mod keyfile;
 pub mod logging;
 pub mod meminfo;
