@@ -12,6 +12,8 @@ APT_PACKAGES=(
   iproute2 iptables procps psmisc           # lab networking (and loss injection), process tools
   redis-server redis-tools                  # an unmodified program under memlend run
   memcached                                 # another one (bench/apps.py)
+  tmux                                      # memlend top tested in a real terminal
+  dpkg-dev systemd                          # make deb, and its test (systemd-analyze verify)
 )
 
 missing=()

@@ -10,6 +10,7 @@ mod run;
 mod run_report;
 mod sim;
 mod status;
+mod top;
 mod verify;
 
 use anyhow::Result;
@@ -30,6 +31,9 @@ enum Cmd {
     /// Show the cluster as the local memlendd sees it (or one donor's
     /// budget, with --donor).
     Status(status::StatusArgs),
+    /// A live view of this node and the processes that borrow through it
+    /// (q quits).
+    Top(top::TopArgs),
     /// Write a pattern to a donor, read it back and compare every byte.
     Verify(verify::VerifyArgs),
     /// Measure the page protocol: pages/s and latency, pipelined.
@@ -67,6 +71,7 @@ fn main() {
             println!("wrote a new cluster key to {} (mode 0600)", file.display());
         }),
         Cmd::Status(a) => status::run(&a),
+        Cmd::Top(a) => top::run(&a),
         Cmd::Verify(a) => verify::run(&a),
         Cmd::Bench(a) => bench::run(&a),
         Cmd::Far(a) => far::run(&a),

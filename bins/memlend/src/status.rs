@@ -39,11 +39,7 @@ pub fn run(a: &StatusArgs) -> Result<()> {
         let d = crate::donor::DonorArgs { donor, key: a.key.clone(), insecure: a.insecure };
         return crate::donor::status(&d);
     }
-    let path = match (&a.api, &a.node) {
-        (Some(api), _) => api.clone(),
-        (None, Some(node)) => lab_socket(node)?,
-        (None, None) => memlend_place::pool::default_api_path(),
-    };
+    let path = api_path(a.api.as_ref(), a.node.as_ref())?;
     let st = match fetch(&path) {
         Ok(st) => st,
         Err(e) if a.api.is_none() && a.node.is_none() => match lab_sockets().as_slice() {
@@ -66,6 +62,15 @@ pub fn run(a: &StatusArgs) -> Result<()> {
     }
     print(&st);
     Ok(())
+}
+
+/// The daemon's API socket: the one given, a lab node's, or the default.
+pub fn api_path(api: Option<&PathBuf>, node: Option<&String>) -> Result<PathBuf> {
+    Ok(match (api, node) {
+        (Some(api), _) => api.clone(),
+        (None, Some(node)) => lab_socket(node)?,
+        (None, None) => memlend_place::pool::default_api_path(),
+    })
 }
 
 /// The API sockets of lab nodes on this machine, as (node, socket), sorted:

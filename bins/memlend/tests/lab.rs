@@ -125,6 +125,9 @@ fn status_finds_a_lab_node_by_name_and_points_a_newcomer_to_it() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(table.contains(&format!("{n1} ")) && table.contains("(this node)"), "{table}");
+    // memlend top draws the same node from the same socket.
+    let top = text(&memlend(&["top", "--once", "--node", &n1]).stdout);
+    assert!(top.contains("CLASS") && top.contains(&n2) && top.contains("(this node)"), "{top}");
     let bad = memlend(&["status", "--node", "tsta-n9"]);
     assert!(!bad.status.success() && text(&bad.stderr).contains(&n1), "{bad:?}");
     if !Path::new("/run/memlend/memlendd.sock").exists() {

@@ -95,6 +95,7 @@ fn start() -> Option<&'static Heap> {
             OWNER_PID.store(std::process::id(), Relaxed);
             STATE.store(READY, std::sync::atomic::Ordering::Release);
             crate::report::at_exit();
+            crate::live::start(crate::report::stats_json);
             if let Some(mem) = cfg.mem_bytes.filter(|_| cfg.trace_dir.is_none()) {
                 crate::mem_limit::follow(HEAP.get()?, mem, START_REST.load(Relaxed) as u64);
             }

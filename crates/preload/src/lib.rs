@@ -26,6 +26,7 @@ mod arena;
 mod config;
 mod far;
 mod libc_alloc;
+mod live;
 mod mem_limit;
 mod next;
 mod ops;

@@ -1,7 +1,8 @@
 //! What the shim says: warnings and errors on stderr (filtered by
 //! MEMLEND_LOG, `warn` by default so a program's own output stays its own),
 //! and the region's counters in `<stats dir>/<pid>.json` at exit, which
-//! `memlend run` sums up after the program ends.
+//! `memlend run` sums up after the program ends (and, while it runs, in
+//! the live file `memlend top` reads: `live.rs`).
 
 use crate::far;
 use memlend_store::PAGE_SIZE;
@@ -26,6 +27,7 @@ fn tracing_subscriber_filter() -> tracing_subscriber::EnvFilter {
 /// to the donors that this process is exiting.
 pub fn at_exit() {
     extern "C" fn report() {
+        crate::live::remove();
         if let Err(e) = write_stats() {
             eprintln!("memlend: cannot write far-memory stats: {e}");
         }
@@ -41,7 +43,15 @@ pub fn at_exit() {
 
 fn write_stats() -> std::io::Result<()> {
     let Some(dir) = far::stats_dir() else { return Ok(()) };
-    let Some(heap) = far::heap() else { return Ok(()) };
+    let Some(j) = stats_json() else { return Ok(()) };
+    let path = dir.join(format!("{}.json", std::process::id()));
+    std::fs::write(path, j)
+}
+
+/// The region's counters as one JSON object (the exit report, and the live
+/// file `memlend top` reads); None before far memory started.
+pub fn stats_json() -> Option<String> {
+    let heap = far::heap()?;
     let s = heap.region.stats();
     let h = heap.region.handler_stats();
     let (peak_pages, live_pages) = {
@@ -51,8 +61,11 @@ fn write_stats() -> std::io::Result<()> {
     let mut j = String::new();
     let _ = write!(
         j,
-        "{{\"pid\":{},\"store\":{:?},\"far_bytes\":{},\"peak_far_bytes\":{},\"live_far_bytes\":{},",
+        "{{\"pid\":{},\"written_unix_ms\":{},\"store\":{:?},\"far_bytes\":{},\"peak_far_bytes\":{},\"live_far_bytes\":{},",
         std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis()),
         heap.describe,
         heap.region.len(),
         peak_pages * PAGE_SIZE as u64,
@@ -123,8 +136,7 @@ fn write_stats() -> std::io::Result<()> {
         "\"copy_legs\":{},\"copy_legs_failed\":{},\"copy_rebuilds\":{},\"copy_bad\":{},\"copy_pages_lost\":{}}}",
         m.legs, m.leg_failures, m.rebuilds, m.bad_copies, m.lost_pages
     );
-    let path = dir.join(format!("{}.json", std::process::id()));
-    std::fs::write(path, j)
+    Some(j)
 }
 
 /// The process's peak resident set (VmHWM), 0 if unreadable.
