@@ -207,6 +207,12 @@ fn a_region_leases_as_it_fills_not_all_at_once() {
         .unwrap();
     wait("the program to write its memory", 60, || ready.exists());
     let lent = donor.field("lent_bytes");
+    // The borrower's metrics name the program, from its live file.
+    let children = format!("/proc/{0}/task/{0}/children", job.id());
+    let pid = std::fs::read_to_string(children).unwrap_or_default();
+    let pid = pid.split_whitespace().next().unwrap_or("none").to_string();
+    let want = format!("memlend_process_far_budget_bytes{{pid=\"{pid}\"");
+    wait("the program in the borrower's metrics", 5, || http_get(borrower.metrics).contains(&want));
     let text = finish(job);
     assert!(text.contains("bad pages: 0"), "{text}");
     // 48 MiB evicted through an 8 MiB budget: at least the first two

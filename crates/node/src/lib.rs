@@ -4,6 +4,7 @@
 
 pub mod cli_docs;
 pub mod keyfile;
+pub mod live;
 pub mod logging;
 pub mod meminfo;
 pub mod process;

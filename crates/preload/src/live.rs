@@ -9,13 +9,12 @@
 //! killed with SIGKILL leaves its file, which top skips (no such pid) and
 //! removes.
 
+use memlend_node::live::{RUN_DIR, TMP_PREFIX};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 const INTERVAL: Duration = Duration::from_secs(1);
-pub const RUN_DIR: &str = "/run/memlend-live";
-pub const TMP_PREFIX: &str = "/tmp/memlend-live-";
 
 static FILE: OnceLock<PathBuf> = OnceLock::new();
 
@@ -30,7 +29,7 @@ fn dir() -> Option<PathBuf> {
     }
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
-    let tmp = PathBuf::from(format!("{TMP_PREFIX}{uid}"));
+    let tmp = PathBuf::from(format!("/tmp/{TMP_PREFIX}{uid}"));
     let _ = std::fs::DirBuilder::new().mode(0o700).create(&tmp);
     // Someone else's directory, or one others may write: not ours to use.
     let meta = std::fs::symlink_metadata(&tmp).ok()?;

@@ -1,7 +1,7 @@
 //! What `memlend top` shows, as lines of text: the same lines on the
 //! terminal view (`mod.rs`) and on stdout with `--once`.
 
-use super::procs::Proc;
+use memlend_node::live::Proc;
 use memlend_node::size::human;
 use memlend_pool::api::{ClusterStatus, LeaseView, NodeView};
 
