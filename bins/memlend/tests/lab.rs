@@ -7,14 +7,14 @@
 
 mod labkit;
 
-use labkit::{cgroup_file, memlend, ok, text, Lab, MEMLEND};
+use labkit::{cgroup_file, cgroups_dir, memlend, ok, text, Lab, MEMLEND};
+use memlend_node::cgroup::File;
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-const CGROUPS: &str = "/sys/fs/cgroup/memory/memlend-lab";
 /// The UDP helper's job, set when this test binary is re-run in a node.
 const UDP_ENV: &str = "MEMLEND_LAB_TEST_UDP";
 
@@ -25,7 +25,7 @@ fn assert_no_trace(prefix: &str) {
     let ours = |s: &str| s.contains(&format!("{prefix}-")) || s.contains(&format!("{prefix}br0"));
     assert!(!text(&ns.stdout).lines().any(ours), "namespaces left: {}", text(&ns.stdout));
     assert!(!text(&links.stdout).lines().any(ours), "links left: {}", text(&links.stdout));
-    let cgroups: Vec<String> = std::fs::read_dir(CGROUPS)
+    let cgroups: Vec<String> = std::fs::read_dir(cgroups_dir())
         .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
     assert!(
@@ -90,7 +90,7 @@ fn received(child: Child) -> String {
 fn three_nodes_talk_unicast_and_broadcast_then_leave_no_trace() {
     need_lab!();
     let lab = Lab::up("tnet", 3, "256M");
-    assert_eq!(cgroup_file(&lab.node(2), "memory.limit_in_bytes"), 256 << 20);
+    assert_eq!(cgroup_file(&lab.node(2), File::Limit), 256 << 20);
     let (r2, r3) = (udp_in(&lab.node(2), "recv 7411"), udp_in(&lab.node(3), "recv 7412"));
     let s1 = udp_in(&lab.node(1), "send 10.77.0.12:7411");
     let s2 = udp_in(&lab.node(1), "send 10.77.0.255:7412");

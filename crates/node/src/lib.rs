@@ -2,6 +2,7 @@
 //! write them, how much memory this node can really lend (meminfo, cgroups),
 //! process checks, logging, and both binaries' man pages and completions.
 
+pub mod cgroup;
 pub mod cli_docs;
 pub mod keyfile;
 pub mod live;

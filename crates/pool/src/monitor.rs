@@ -180,6 +180,27 @@ mod tests {
         );
     }
 
+    /// A v2 cgroup from recorded files (the kernel's own names and formats,
+    /// as a v2 host shows them): usage less inactive file cache against
+    /// memory.max, and the cgroup's own PSI; `max` is the host's memory.
+    #[test]
+    fn a_recorded_v2_cgroup_reads_like_the_kernels() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        put("memory.current", "209715200\n");
+        put("memory.max", "268435456\n");
+        put("memory.stat", "anon 150000000\nfile 59715200\ninactive_file 20971520\n");
+        put("memory.pressure", "some avg10=2.50 avg60=1.00 avg300=0.10 total=123\nfull avg10=0.75 avg60=0.20 avg300=0.01 total=45\n");
+        let src = MemorySource::cgroup(dir.path()).unwrap();
+        assert_eq!(src, MemorySource::CgroupV2(dir.path().to_path_buf()));
+        let s = src.read().unwrap();
+        assert_eq!(s.total_bytes, 256 << 20);
+        assert_eq!(s.used_bytes, (200 << 20) - (20 << 20));
+        assert_eq!((s.psi_some_avg10, s.psi_full_avg10), (Some(2.5), Some(0.75)));
+        put("memory.max", "max\n");
+        assert_eq!(src.read().unwrap().total_bytes, host_total().unwrap());
+    }
+
     #[test]
     fn the_host_reads_sanely() {
         let s = MemorySource::Host.read().unwrap();

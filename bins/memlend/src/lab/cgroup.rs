@@ -1,65 +1,67 @@
-//! Per-node cgroup v1 memory cgroups under memlend-lab/.
+//! Per-node memory cgroups under memlend-lab/, in this host's hierarchy
+//! (cgroup v1's memory controller, or v2's unified hierarchy:
+//! `memlend_node::cgroup`).
 
 use super::names;
-use anyhow::{bail, Context, Result};
-use std::fs;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use anyhow::{Context, Result};
+use memlend_node::cgroup::{File, Hierarchy};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The host's memory hierarchy, found once.
+pub fn hierarchy() -> Result<&'static Hierarchy> {
+    static FOUND: OnceLock<Option<Hierarchy>> = OnceLock::new();
+    FOUND.get_or_init(Hierarchy::detect).as_ref().context(
+        "no memory cgroup hierarchy: neither cgroup v1's memory controller at \
+         /sys/fs/cgroup/memory nor cgroup v2 with the memory controller at /sys/fs/cgroup",
+    )
+}
+
+fn rel(node: &str) -> String {
+    format!("{}/{node}", names::CGROUP_PARENT)
+}
+
+/// The node's cgroup directory (in a hierarchy that may not exist: then
+/// under v1's, where nothing will be found).
+pub fn dir(node: &str) -> PathBuf {
+    match hierarchy() {
+        Ok(h) => h.dir(&rel(node)),
+        Err(_) => PathBuf::from("/sys/fs/cgroup/memory").join(rel(node)),
+    }
+}
 
 /// Make the node's memory cgroup with its limit.
 pub fn make(node: &str, limit: u64) -> Result<()> {
-    if !Path::new(names::CGROUP_MEMORY).join("memory.limit_in_bytes").exists() {
-        bail!("no cgroup v1 memory controller at {}", names::CGROUP_MEMORY);
-    }
-    let dir = names::cgroup_dir(node);
-    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let file = dir.join("memory.limit_in_bytes");
-    fs::write(&file, limit.to_string())
-        .with_context(|| format!("cannot set {} to {limit}", file.display()))
+    hierarchy()?.make(&rel(node), limit).map(|_| ())
 }
 
-/// A number from one of the cgroup's files, e.g. memory.usage_in_bytes.
-pub fn read_u64(node: &str, file: &str) -> Option<u64> {
-    fs::read_to_string(names::cgroup_dir(node).join(file)).ok()?.trim().parse().ok()
+/// A number from one of the cgroup's files.
+pub fn read_u64(node: &str, file: File) -> Option<u64> {
+    hierarchy().ok()?.read_u64(&rel(node), file)
 }
 
 pub fn procs(node: &str) -> Vec<i32> {
-    let text = fs::read_to_string(names::cgroup_dir(node).join("cgroup.procs")).unwrap_or_default();
-    text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+    hierarchy().map(|h| h.procs(&rel(node))).unwrap_or_default()
 }
 
 /// Lab cgroup directories named `<prefix>-n<i>`.
 pub fn lab_cgroups(prefix: &str) -> Vec<String> {
-    let Ok(entries) = fs::read_dir(names::CGROUP_PARENT) else { return Vec::new() };
+    let Ok(h) = hierarchy() else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(h.dir(names::CGROUP_PARENT)) else { return Vec::new() };
     let names = entries.flatten().filter_map(|e| e.file_name().into_string().ok());
     names.filter(|n| names::is_indexed(n, prefix, "-n")).collect()
 }
 
-/// Remove a node's cgroup. rmdir fails while a process is inside, so any
-/// straggler still there (the caller has already killed what it could) is
-/// moved to the root cgroup first. Retries for up to 2 s because exiting
-/// processes leave the cgroup a moment after they die.
+/// Remove a node's cgroup; any straggler still inside (the caller has
+/// already killed what it could) is moved to the root first.
 pub fn remove(node: &str) -> Result<()> {
-    let dir = names::cgroup_dir(node);
-    let root_procs = Path::new(names::CGROUP_MEMORY).join("cgroup.procs");
-    let deadline = Instant::now() + Duration::from_secs(2);
-    loop {
-        for pid in procs(node) {
-            let _ = fs::write(&root_procs, pid.to_string());
-        }
-        match fs::remove_dir(&dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if Instant::now() >= deadline => {
-                return Err(e).with_context(|| format!("cannot remove {}", dir.display()))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
+    hierarchy()?.remove(&rel(node))
 }
 
 /// Remove memlend-lab/ itself once no lab uses it (another lab's nodes
 /// keep it busy, which is fine).
 pub fn remove_parent_if_empty() {
-    let _ = fs::remove_dir(names::CGROUP_PARENT);
+    if let Ok(h) = hierarchy() {
+        let _ = std::fs::remove_dir(h.dir(names::CGROUP_PARENT));
+    }
 }

@@ -1,6 +1,6 @@
 //! `memlend lab`: a cluster on one machine. Each node is a network
-//! namespace on a shared bridge with its own cgroup v1 memory limit and,
-//! unless told otherwise, its own memlendd. See docs/lab.md.
+//! namespace on a shared bridge with its own memory cgroup limit (v1 or v2)
+//! and, unless told otherwise, its own memlendd. See docs/lab.md.
 
 mod cgroup;
 mod daemon;

@@ -5,9 +5,8 @@ use anyhow::{bail, Context, Result};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
-/// Where lab cgroups live (cgroup v1 memory controller).
-pub const CGROUP_MEMORY: &str = "/sys/fs/cgroup/memory";
-pub const CGROUP_PARENT: &str = "/sys/fs/cgroup/memory/memlend-lab";
+/// Lab cgroups live here, under the memory hierarchy's root (`cgroup.rs`).
+pub const CGROUP_PARENT: &str = "memlend-lab";
 pub const DEFAULT_PREFIX: &str = "ml";
 /// Most nodes a lab may have: keeps veth names within 15 bytes and host
 /// addresses inside a /24.
@@ -54,7 +53,7 @@ pub fn veth_peer(prefix: &str, i: usize) -> String {
 }
 
 pub fn cgroup_dir(node: &str) -> PathBuf {
-    PathBuf::from(CGROUP_PARENT).join(node)
+    super::cgroup::dir(node)
 }
 
 /// Whether `name` is `<prefix><tag><digits>`, e.g. `ml-n3` for tag "-n".

@@ -34,7 +34,7 @@ pub fn in_node(cmd: &mut Command, node: &str) -> Result<()> {
 }
 
 fn enter(ns: &File, procs: &File) -> std::io::Result<()> {
-    // cgroup v1: writing pid 0 to cgroup.procs moves the writer itself.
+    // Writing pid 0 to cgroup.procs moves the writer itself (v1 and v2).
     (&*procs).write_all(b"0")?;
     // SAFETY: setns(2) on a namespace file descriptor we own; it touches no
     // memory of ours.

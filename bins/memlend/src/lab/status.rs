@@ -3,6 +3,7 @@
 use super::state::{self, NodeState};
 use super::{cgroup, names, net, procs};
 use anyhow::Result;
+use memlend_node::cgroup::File;
 use memlend_node::size::human;
 
 pub fn run(prefix: &str) -> Result<()> {
@@ -55,8 +56,8 @@ fn balloon(node: &str) -> String {
 }
 
 fn memory(node: &str) -> String {
-    let used = cgroup::read_u64(node, "memory.usage_in_bytes");
-    let limit = cgroup::read_u64(node, "memory.limit_in_bytes");
+    let used = cgroup::read_u64(node, File::Usage);
+    let limit = cgroup::read_u64(node, File::Limit);
     match (used, limit) {
         (Some(u), Some(l)) => format!("{} / {}", human(u), human(l)),
         _ => "no cgroup".into(),

@@ -1,11 +1,11 @@
-//! Shared by the tests that need the lab (root, iproute2, cgroup v1):
+//! Shared by the tests that need the lab (root, iproute2, a memory cgroup
+//! hierarchy, v1 or v2):
 //! bringing a lab up and down, and running `memlend`.
 #![allow(dead_code)]
 
-use std::path::Path;
+use memlend_node::cgroup::{File, Hierarchy};
 use std::process::{Command, Output};
 
-const CGROUPS: &str = "/sys/fs/cgroup/memory/memlend-lab";
 pub const MEMLEND: &str = env!("CARGO_BIN_EXE_memlend");
 
 /// Why the lab cannot run here, if it cannot.
@@ -19,8 +19,8 @@ pub fn skip_reason() -> Option<String> {
     if Command::new("ip").arg("-V").output().is_err() {
         return Some("no `ip` (iproute2)".into());
     }
-    if !Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
-        return Some("no cgroup v1 memory controller".into());
+    if Hierarchy::detect().is_none() {
+        return Some("no memory cgroup hierarchy (v1 or v2)".into());
     }
     None
 }
@@ -84,7 +84,7 @@ impl Lab {
     }
 
     pub fn usage(&self, i: usize) -> u64 {
-        cgroup_file(&self.node(i), "memory.usage_in_bytes")
+        cgroup_file(&self.node(i), File::Usage)
     }
 }
 
@@ -94,7 +94,13 @@ impl Drop for Lab {
     }
 }
 
-pub fn cgroup_file(node: &str, file: &str) -> u64 {
-    let path = format!("{CGROUPS}/{node}/{file}");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().parse().unwrap()
+/// The lab cgroups' directory in this host's hierarchy.
+pub fn cgroups_dir() -> std::path::PathBuf {
+    Hierarchy::detect().expect("a memory cgroup hierarchy").dir("memlend-lab")
+}
+
+pub fn cgroup_file(node: &str, file: File) -> u64 {
+    let h = Hierarchy::detect().expect("a memory cgroup hierarchy");
+    let rel = format!("memlend-lab/{node}");
+    h.read_u64(&rel, file).unwrap_or_else(|| panic!("{rel}: no {}", h.name(file)))
 }
