@@ -75,7 +75,8 @@ fn unknown_and_malformed_options_get_error_replies_and_the_session_goes_on() {
         for (option, data, want) in [
             (0xdead_beef, &b"xyz"[..], rep::ERR_UNSUP),
             (opt::STARTTLS, &[][..], rep::ERR_UNSUP),
-            (opt::SET_META_CONTEXT, &[0, 0, 0, 0, 0, 0, 0, 0][..], rep::ERR_UNSUP),
+            // Well formed, but without structured replies first.
+            (opt::SET_META_CONTEXT, &[0, 0, 0, 0, 0, 0, 0, 0][..], rep::ERR_INVALID),
             (opt::LIST, &b"x"[..], rep::ERR_INVALID),
             (opt::STRUCTURED_REPLY, &b"x"[..], rep::ERR_INVALID),
             (opt::GO, &[0, 0, 0, 9, b'a'][..], rep::ERR_INVALID),
@@ -138,6 +139,145 @@ fn export_name_opens_known_exports_and_closes_on_unknown_ones() {
         s.write_all(&0u32.to_be_bytes()).unwrap();
         send_option(&mut s, opt::LIST, &[]);
         assert!(closes_soon(&mut s));
+    });
+}
+
+/// Option data for a meta-context option: export name, query count, then
+/// each query; lengths as given, so they may lie.
+fn meta_data(name_len: u32, count: u32, queries: &[(u32, &[u8])]) -> Vec<u8> {
+    let mut b = name_len.to_be_bytes().to_vec();
+    b.extend(count.to_be_bytes());
+    for (len, q) in queries {
+        b.extend(len.to_be_bytes());
+        b.extend_from_slice(q);
+    }
+    b
+}
+
+#[test]
+fn meta_context_options_are_answered_and_malformed_ones_refused() {
+    default_bystander(|srv| {
+        let mut s = negotiating(srv.port);
+        let list = opt::LIST_META_CONTEXT;
+        let base = || Ok(vec![(0, BASE_ALLOCATION.to_string())]);
+        // Listing needs no structured replies; its ids are the reserved 0.
+        assert_eq!(meta_context(&mut s, list, "", &[]), base());
+        assert_eq!(meta_context(&mut s, list, "mem", &["base:"]), base());
+        assert_eq!(
+            meta_context(&mut s, list, "mem", &["qemu:dirty-bitmap:a", BASE_ALLOCATION]),
+            base()
+        );
+        assert_eq!(meta_context(&mut s, list, "mem", &["qemu:dirty-bitmap:a"]), Ok(vec![]));
+        assert_eq!(meta_context(&mut s, list, "nope", &[]), Err(rep::ERR_UNKNOWN));
+        // Selecting does need them.
+        let set = opt::SET_META_CONTEXT;
+        assert_eq!(meta_context(&mut s, set, "mem", &[BASE_ALLOCATION]), Err(rep::ERR_INVALID));
+        // Malformed data, for both options: refused, and the session goes on.
+        let too_many = MAX_META_QUERIES + 1;
+        let empty_queries = vec![(0, &b""[..]); too_many as usize];
+        let long_query = vec![b'q'; MAX_STRING_BYTES + 1];
+        let mut trailing = meta_data(0, 1, &[(15, BASE_ALLOCATION.as_bytes())]);
+        trailing.push(0);
+        let malformed = [
+            vec![],
+            vec![0, 0, 0],
+            vec![0, 0, 0, 9, b'a'],
+            meta_data(0, u32::MAX, &[]),
+            meta_data(0, too_many, &empty_queries),
+            meta_data(0, 1, &[(50, b"base:")]),
+            meta_data(0, 2, &[(5, b"base:")]),
+            meta_data(0, 1, &[(long_query.len() as u32, &long_query)]),
+            meta_data(u32::MAX, 0, &[]),
+            trailing,
+        ];
+        for option in [list, set] {
+            for data in &malformed {
+                send_option(&mut s, option, data);
+                let (h, msg) = read_opt_reply(&mut s).unwrap();
+                assert_eq!(
+                    (h.option, h.reply),
+                    (option, rep::ERR_INVALID),
+                    "{:?}",
+                    &data[..16.min(data.len())]
+                );
+                assert!(!msg.is_empty(), "error replies carry a message");
+            }
+        }
+        // With structured replies base:allocation is selected, however asked.
+        send_option(&mut s, opt::STRUCTURED_REPLY, &[]);
+        assert_eq!(read_opt_reply(&mut s).unwrap().0.reply, rep::ACK);
+        let chosen = Ok(vec![(1, BASE_ALLOCATION.to_string())]);
+        let queries = ["base:", "x-other:thing", BASE_ALLOCATION, BASE_ALLOCATION];
+        assert_eq!(meta_context(&mut s, set, "mem", &queries), chosen);
+        // A later SET replaces the selection, even one refused for its export.
+        assert_eq!(meta_context(&mut s, set, "nope", &[BASE_ALLOCATION]), Err(rep::ERR_UNKNOWN));
+        let (size, flags) = go(&mut s, "mem").unwrap();
+        let mut c = RawClient::from_parts(s, size, flags, true);
+        assert_eq!(c.call(Command::BlockStatus, 0, 0, 4096, &[]).error, EINVAL);
+        assert_eq!(c.call(Command::BlockStatus, cmd_flags::REQ_ONE, 0, 4096, &[]).error, EINVAL);
+        assert_eq!(c.read(0, 4).map(|d| d.len()), Ok(4), "the session goes on");
+        c.disconnect();
+        // A SET without queries selects nothing either.
+        let mut s = negotiating(srv.port);
+        send_option(&mut s, opt::STRUCTURED_REPLY, &[]);
+        assert_eq!(read_opt_reply(&mut s).unwrap().0.reply, rep::ACK);
+        assert_eq!(meta_context(&mut s, set, "", &[BASE_ALLOCATION]), chosen);
+        assert_eq!(meta_context(&mut s, set, "", &[]), Ok(vec![]));
+        let (size, flags) = go(&mut s, "").unwrap();
+        let mut c = RawClient::from_parts(s, size, flags, true);
+        assert_eq!(c.call(Command::BlockStatus, 0, 0, 4096, &[]).error, EINVAL);
+        c.disconnect();
+    });
+}
+
+#[test]
+fn block_status_reports_written_ranges_bounded_and_checked() {
+    default_bystander(|srv| {
+        let mut c = RawClient::with_block_status(srv.port, "mem");
+        let mib = 1u32 << 20;
+        let kib_64 = 64u32 << 10;
+        assert_eq!(c.write(mib as u64, &pattern(3, kib_64 as usize)), 0);
+        let hole = state::HOLE | state::ZERO;
+        let ext = |len_bytes, flags| Extent { len_bytes, flags };
+        // Below the bystander's region (12 MiB), which it may not have written yet.
+        let map = c.block_status(0, 0, 8 * mib);
+        assert_eq!(map, Ok(vec![ext(mib, hole), ext(kib_64, 0), ext(7 * mib - kib_64, hole)]));
+        // REQ_ONE: exactly one extent, never past the request.
+        assert_eq!(c.block_status(cmd_flags::REQ_ONE, 0, 8 * mib), Ok(vec![ext(mib, hole)]));
+        let mid_data = mib as u64 + 100;
+        assert_eq!(
+            c.block_status(cmd_flags::REQ_ONE, mid_data, mib),
+            Ok(vec![ext(kib_64 - 100, 0)])
+        );
+        assert_eq!(c.block_status(cmd_flags::REQ_ONE, mid_data, 10), Ok(vec![ext(10, 0)]));
+        assert_eq!(c.block_status(cmd_flags::FUA, 0, 100), Ok(vec![ext(100, hole)]));
+        // Past the end, or nothing at all: EINVAL, as for reads; DF is a READ flag.
+        assert_eq!(c.block_status(0, SIZE - 4096, 8192), Err(EINVAL));
+        assert_eq!(c.block_status(0, u64::MAX - 10, 100), Err(EINVAL));
+        assert_eq!(c.block_status(0, SIZE, 1), Err(EINVAL));
+        assert_eq!(c.block_status(0, 0, 0), Err(EINVAL));
+        assert_eq!(c.block_status(cmd_flags::DF, 0, 4096), Err(EINVAL));
+        // Every other page written, 4100 times over, from 64 MiB: one
+        // reply stops at its extent limit and covers less than asked.
+        let at = 64u64 << 20;
+        let page = pattern(4, 4096);
+        // In batches, so that unread replies never fill the socket buffers.
+        for batch in (0..4100u64).collect::<Vec<_>>().chunks(256) {
+            for &i in batch {
+                c.send(Request::new(Command::Write, 1000 + i, at + 2 * 4096 * i, 4096), &page);
+            }
+            for _ in batch {
+                assert_eq!(c.recv(0).unwrap().error, 0);
+            }
+        }
+        let many = c.block_status(0, at, 32 * mib).unwrap();
+        assert_eq!(many.len(), 4096);
+        for (i, e) in many.iter().enumerate() {
+            assert_eq!(*e, ext(4096, if i % 2 == 0 { 0 } else { hole }), "extent {i}");
+        }
+        assert_eq!(c.block_status(cmd_flags::REQ_ONE, at, 32 * mib), Ok(vec![ext(4096, 0)]));
+        assert!(c.read(at, 4096).unwrap() == page, "the session goes on");
+        c.disconnect();
     });
 }
 

@@ -52,6 +52,7 @@ fn nbdinfo_reports_size_block_sizes_and_flags() {
         "\"is_read_only\": false",
         "\"structured\": true",
         "\"description\": \"first export\"",
+        "\"base:allocation\"",
     ] {
         assert!(json.contains(want), "nbdinfo output lacks {want}:\n{json}");
     }
@@ -161,6 +162,93 @@ fn qemu_io_unaligned_patterns_zero_and_discard() {
     );
     let got = srv.store_bytes(0, 0, 8192);
     assert!(got[..100].iter().chain(&got[300..]).all(|&b| b == 0x33));
+}
+
+const MIB: u64 = 1 << 20;
+const KIB_64: u64 = 64 << 10;
+
+/// `nbdinfo --map` as (offset, length, type) lines; type 0 is data, 3 is
+/// hole and zero.
+fn nbdinfo_map(uri: &str) -> Vec<(u64, u64, u32)> {
+    let text = stdout(Command::new("nbdinfo").arg("--map").arg(uri));
+    let line = |l: &str| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let name = match f[2] {
+            "0" => "data",
+            "3" => "hole,zero",
+            other => panic!("unexpected extent type {other} in:\n{text}"),
+        };
+        assert_eq!(f.get(3), Some(&name), "{text}");
+        (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+    };
+    text.lines().map(line).collect()
+}
+
+/// `qemu-img map --output=json` as (start, length, data, zero) per extent.
+/// Format given: probing it would read the first page, and a read page
+/// counts as data (docs/nbd.md, "Block status").
+fn qemu_img_map(uri: &str) -> Vec<(u64, u64, bool, bool)> {
+    let json = stdout(Command::new("qemu-img").args(["map", "-f", "raw", "--output=json", uri]));
+    let field = |obj: &str, key: &str| -> String {
+        let at = obj.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("{key} in {json}"));
+        let rest = obj[at + key.len() + 3..].trim_start();
+        rest.split([',', '}']).next().unwrap().trim().to_string()
+    };
+    json.split('{')
+        .skip(1)
+        .map(|obj| {
+            let start = field(obj, "start").parse().unwrap();
+            let length = field(obj, "length").parse().unwrap();
+            (start, length, field(obj, "data") == "true", field(obj, "zero") == "true")
+        })
+        .collect()
+}
+
+/// Written ranges of a fresh RAM export are data, the rest hole and zero,
+/// as nbdinfo and qemu-img see them through BLOCK_STATUS; a discard makes
+/// a hole again.
+#[test]
+fn nbdinfo_map_and_qemu_img_map_show_written_ranges() {
+    require_tool("nbdinfo", "libnbd-bin");
+    require_tool("qemu-io", "qemu-utils");
+    require_tool("qemu-img", "qemu-utils");
+    let srv = TestServer::ram(4096); // 16 MiB
+    let uri = srv.uri("");
+    qemu_io(&uri, &["write -P 0x55 1M 64k", "write -P 0x66 5M 1M"]);
+    let (data, hole) = (0, 3);
+    assert_eq!(
+        nbdinfo_map(&uri),
+        [
+            (0, MIB, hole),
+            (MIB, KIB_64, data),
+            (MIB + KIB_64, 4 * MIB - KIB_64, hole),
+            (5 * MIB, MIB, data),
+            (6 * MIB, 10 * MIB, hole),
+        ]
+    );
+    assert_eq!(
+        qemu_img_map(&uri),
+        [
+            (0, MIB, false, true),
+            (MIB, KIB_64, true, false),
+            (MIB + KIB_64, 4 * MIB - KIB_64, false, true),
+            (5 * MIB, MIB, true, false),
+            (6 * MIB, 10 * MIB, false, true),
+        ]
+    );
+    qemu_io(&uri, &["discard 5M 1M"]);
+    let map = nbdinfo_map(&uri);
+    assert_eq!(map, [(0, MIB, hole), (MIB, KIB_64, data), (MIB + KIB_64, 15 * MIB - KIB_64, hole)]);
+}
+
+/// A store that cannot tell (here a slow one, served by the worker pool)
+/// reports every byte as data: true, if not informative.
+#[test]
+fn a_store_without_allocation_reports_everything_as_data() {
+    require_tool("nbdinfo", "libnbd-bin");
+    let store = slow_store(1024, std::time::Duration::ZERO);
+    let srv = TestServer::start(vec![Export::new("slow", store)], NbdConfig::default());
+    assert_eq!(nbdinfo_map(&srv.uri("")), [(0, 4 * MIB, 0)]);
 }
 
 #[test]

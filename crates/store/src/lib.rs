@@ -89,6 +89,23 @@ pub trait PageStore: Send + Sync {
     fn in_place(&self, _page: u64, _count: u64) -> Option<StoreResult<InPlace>> {
         None
     }
+    /// Which of `page..page + count` hold data: `out` is replaced by runs
+    /// `(pages, allocated)` that follow each other from `page`, neighbours
+    /// differing. A run not `allocated` reads as zeroes and holds no space.
+    /// The runs may cover fewer than `count` pages (never none, for a
+    /// non-empty range in bounds). None when the store does not know; the
+    /// caller must then take every page as data, which is always a correct
+    /// answer. A layer that maps pages elsewhere or changes their bytes
+    /// must not pass this through. What it returns may be stale by the
+    /// time it is used if writers race it, as for any read.
+    fn allocation(
+        &self,
+        _page: u64,
+        _count: u64,
+        _out: &mut Vec<(u64, bool)>,
+    ) -> Option<StoreResult<()>> {
+        None
+    }
 }
 
 /// Pages lent by [`PageStore::in_place`]: `len` bytes at `ptr`, mapped for
@@ -185,5 +202,13 @@ impl<S: PageStore + ?Sized> PageStore for std::sync::Arc<S> {
     }
     fn in_place(&self, page: u64, count: u64) -> Option<StoreResult<InPlace>> {
         (**self).in_place(page, count)
+    }
+    fn allocation(
+        &self,
+        page: u64,
+        count: u64,
+        out: &mut Vec<(u64, bool)>,
+    ) -> Option<StoreResult<()>> {
+        (**self).allocation(page, count, out)
     }
 }

@@ -5,11 +5,27 @@
 //! actually written and shrinks again on `discard` (`MADV_DONTNEED`). Reads of
 //! untouched pages map the kernel's shared zero page and cost no memory.
 //! Metadata is a fixed table of stripe locks, independent of the size.
+//!
+//! Allocation (for NBD block status) is the kernel's: a page that is
+//! neither in RAM (`mincore`) nor swapped out (`/proc/self/pagemap`) was
+//! never written or was discarded, so it reads as zero and holds nothing.
 
 use crate::page_locks::{LockSet, PageLocks};
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
 use crate::{InPlace, WriteOp, PAGE_SIZE};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
+use std::sync::OnceLock;
+
+/// Pages whose residency is asked of the kernel at a time: bounds the
+/// mincore vector (on the stack) and the pagemap entries read at once.
+const RESIDENCY_CHUNK_PAGES: usize = 4096;
+/// Bytes of one `/proc/self/pagemap` entry, and the bits of it used here
+/// (`Documentation/admin-guide/mm/pagemap.rst`).
+const PAGEMAP_ENTRY_BYTES: usize = 8;
+const PAGEMAP_SWAPPED: u64 = 1 << 62;
+const PAGEMAP_PRESENT: u64 = 1 << 63;
 
 /// How the mapping is backed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,6 +45,14 @@ pub struct RamStore {
     /// Make each page atomic for concurrent readers and writers on
     /// different connections, without per-page metadata.
     stripes: PageLocks,
+    /// Written pages may be swapped out (not mlocked), so a page not in
+    /// RAM is not necessarily a hole.
+    swappable: bool,
+    /// The kernel's pages are this store's pages, so mincore and pagemap
+    /// speak of one store page per entry. Without it, allocation is unknown.
+    host_pages_match: bool,
+    /// `/proc/self/pagemap`, opened on first use; None if it cannot be.
+    pagemap: OnceLock<Option<File>>,
 }
 
 // SAFETY: the mapping is owned by the store for its whole life and every
@@ -59,7 +83,16 @@ impl RamStore {
             )));
         }
         let base = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null without MAP_FAILED");
-        let store = RamStore { base, pages, stripes: PageLocks::new() };
+        // SAFETY: sysconf only reads a system constant.
+        let host_page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let store = RamStore {
+            base,
+            pages,
+            stripes: PageLocks::new(),
+            swappable: !opts.mlock,
+            host_pages_match: host_page_bytes == PAGE_SIZE as libc::c_long,
+            pagemap: OnceLock::new(),
+        };
         store.apply_options(len, opts)?;
         Ok(store)
     }
@@ -103,6 +136,67 @@ impl RamStore {
 
     fn len_bytes(&self) -> usize {
         self.pages as usize * PAGE_SIZE
+    }
+
+    /// Which pages of `page..page + resident.len()` are in RAM, by mincore:
+    /// bit 0 of each byte. Callers have bounds-checked the range.
+    fn resident(&self, page: u64, resident: &mut [u8]) -> StoreResult<()> {
+        // SAFETY: the range is inside our mapping and starts page-aligned;
+        // mincore writes one byte per page into `resident`, which has them.
+        let rc = unsafe {
+            libc::mincore(
+                self.page_ptr(page).cast(),
+                resident.len() * PAGE_SIZE,
+                resident.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(StoreError::Io(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// The pagemap entries of `page..page + n` into `entries`; None if
+    /// `/proc/self/pagemap` cannot be read (no procfs, or a kernel without it).
+    fn pagemap_entries(&self, page: u64, n: usize, entries: &mut Vec<u64>) -> Option<()> {
+        let file = self.pagemap.get_or_init(|| File::open("/proc/self/pagemap").ok()).as_ref()?;
+        let first_entry = self.page_ptr(page) as u64 / PAGE_SIZE as u64;
+        let mut raw = vec![0u8; n * PAGEMAP_ENTRY_BYTES];
+        file.read_exact_at(&mut raw, first_entry * PAGEMAP_ENTRY_BYTES as u64).ok()?;
+        entries.clear();
+        entries.extend(
+            raw.chunks_exact(PAGEMAP_ENTRY_BYTES)
+                .map(|b| u64::from_ne_bytes(b.try_into().expect("chunks of 8"))),
+        );
+        Some(())
+    }
+
+    /// Append the allocation of `page..page + n` (n up to a chunk) to `out`.
+    /// None if a page out of RAM may be swapped and pagemap cannot say.
+    fn allocation_chunk(
+        &self,
+        page: u64,
+        n: usize,
+        entries: &mut Vec<u64>,
+        out: &mut Vec<(u64, bool)>,
+    ) -> Option<StoreResult<()>> {
+        let mut resident = [0u8; RESIDENCY_CHUNK_PAGES];
+        let resident = &mut resident[..n];
+        if let Err(e) = self.resident(page, resident) {
+            return Some(Err(e));
+        }
+        // Pages swapped out are data mincore does not see; pagemap does.
+        let all_in = resident.iter().all(|&r| r & 1 != 0);
+        let swapped = if self.swappable && !all_in {
+            self.pagemap_entries(page, n, entries)?;
+            Some(&entries[..])
+        } else {
+            None
+        };
+        for (i, &r) in resident.iter().enumerate() {
+            push_run(out, 1, holds_data(r, swapped.map(|e| e[i])));
+        }
+        Some(Ok(()))
     }
 
     /// Pointer to the first byte of `page`. Callers have bounds-checked it.
@@ -195,6 +289,52 @@ impl PageStore for RamStore {
     fn flush(&self) -> StoreResult<()> {
         Ok(())
     }
+
+    /// From the kernel's page tables. A page only ever read maps the
+    /// kernel's shared zero page, which counts as resident: it is reported
+    /// as data, which is correct if less precise.
+    fn allocation(
+        &self,
+        page: u64,
+        count: u64,
+        out: &mut Vec<(u64, bool)>,
+    ) -> Option<StoreResult<()>> {
+        if let Err(e) = check_range(self.pages, page, count) {
+            return Some(Err(e));
+        }
+        if !self.host_pages_match {
+            return None;
+        }
+        out.clear();
+        let mut entries = Vec::new();
+        let end = page + count;
+        let mut at = page;
+        while at < end {
+            let n = (end - at).min(RESIDENCY_CHUNK_PAGES as u64) as usize;
+            match self.allocation_chunk(at, n, &mut entries, out) {
+                Some(Ok(())) => at += n as u64,
+                other => {
+                    out.clear();
+                    return other;
+                }
+            }
+        }
+        Some(Ok(()))
+    }
+}
+
+/// Whether a page holds data, from its mincore byte and, when the page
+/// may be swapped, its pagemap entry: in RAM, or swapped out.
+fn holds_data(resident: u8, pagemap: Option<u64>) -> bool {
+    resident & 1 != 0 || pagemap.is_some_and(|e| e & (PAGEMAP_SWAPPED | PAGEMAP_PRESENT) != 0)
+}
+
+/// Append `pages` pages to `runs`, merging with the last run if alike.
+fn push_run(runs: &mut Vec<(u64, bool)>, pages: u64, allocated: bool) {
+    match runs.last_mut() {
+        Some((n, a)) if *a == allocated => *n += pages,
+        _ => runs.push((pages, allocated)),
+    }
 }
 
 impl Drop for RamStore {
@@ -254,6 +394,54 @@ mod tests {
         assert_eq!(&buf[..PAGE_SIZE], &page_of(9)[..]);
         assert!(buf[PAGE_SIZE..2001 * PAGE_SIZE].iter().all(|&b| b == 0));
         assert_eq!(&buf[2001 * PAGE_SIZE..], &data[2001 * PAGE_SIZE..]);
+    }
+
+    fn allocation(s: &RamStore, page: u64, count: u64) -> Vec<(u64, bool)> {
+        let mut runs = vec![(99, true)]; // replaced, not appended to
+        s.allocation(page, count, &mut runs).expect("ram knows its allocation").unwrap();
+        runs
+    }
+
+    #[test]
+    fn allocation_follows_writes_and_discards() {
+        let s = RamStore::new(64, RamOptions::default()).unwrap();
+        assert_eq!(allocation(&s, 0, 64), [(64, false)]);
+        s.write(&[WriteOp { page: 3, data: &page_of(1).repeat(2) }]).unwrap();
+        s.write(&[WriteOp { page: 10, data: &page_of(0) }]).unwrap();
+        s.discard(4, 1).unwrap();
+        assert_eq!(
+            allocation(&s, 0, 64),
+            [(3, false), (1, true), (6, false), (1, true), (53, false)]
+        );
+        assert_eq!(allocation(&s, 3, 2), [(1, true), (1, false)]);
+        assert_eq!(allocation(&s, 64, 0), []);
+        let mut runs = Vec::new();
+        assert!(matches!(s.allocation(60, 5, &mut runs), Some(Err(StoreError::OutOfRange { .. }))));
+    }
+
+    #[test]
+    fn allocation_runs_merge_across_chunks_and_read_pages_count_as_data() {
+        let pages = 3 * RESIDENCY_CHUNK_PAGES as u64;
+        let s = RamStore::new(pages, RamOptions::default()).unwrap();
+        let at = RESIDENCY_CHUNK_PAGES as u64 - 2;
+        s.write(&[WriteOp { page: at, data: &page_of(5).repeat(4) }]).unwrap();
+        let rest = pages - at - 4;
+        assert_eq!(allocation(&s, 0, pages), [(at, false), (4, true), (rest, false)]);
+        // A read maps the zero page: reported as data, never as a hole.
+        let mut buf = page_of(0);
+        s.read(&mut [ReadOp { page: 0, buf: &mut buf }]).unwrap();
+        assert_eq!(allocation(&s, 0, 2), [(1, true), (1, false)]);
+        let prealloc = RamStore::new(16, RamOptions { prealloc: true, mlock: false }).unwrap();
+        assert_eq!(allocation(&prealloc, 0, 16), [(16, true)]);
+    }
+
+    #[test]
+    fn swapped_pages_hold_data() {
+        assert!(holds_data(1, None));
+        assert!(!holds_data(0, None));
+        assert!(!holds_data(0, Some(0)));
+        assert!(holds_data(0, Some(PAGEMAP_SWAPPED)));
+        assert!(holds_data(0, Some(PAGEMAP_PRESENT)));
     }
 
     #[test]

@@ -14,6 +14,9 @@ impl Session {
         let e = &self.export;
         let (what, result) = match op {
             Op::Read { offset, len, .. } => return self.read(cookie, offset, len, out),
+            Op::BlockStatus { offset, len, req_one } => {
+                return self.block_status(cookie, offset, len, req_one, out)
+            }
             Op::Write { offset, fua } => {
                 ("write", e.write_at(offset, payload).and_then(|_| self.fua(fua)))
             }

@@ -5,6 +5,7 @@
 
 use super::error::ConnError;
 use super::export::ExportState;
+use super::meta_context;
 use super::server::Server;
 use super::session::Session;
 use memlend_wire::nbd::{
@@ -42,6 +43,9 @@ struct State {
     structured: bool,
     /// Options go over TLS now.
     tls: bool,
+    /// The export `base:allocation` was selected for by the last
+    /// SET_META_CONTEXT, if any.
+    meta: Option<Arc<ExportState>>,
 }
 
 /// Greet the client, read its flags, and haggle over options.
@@ -69,7 +73,7 @@ pub(crate) fn haggle<S: Read + Write>(
     peer: SocketAddr,
     mut h: Haggle,
 ) -> Result<Negotiated, ConnError> {
-    let mut st = State { flags: h.flags, structured: false, tls: h.tls };
+    let mut st = State { flags: h.flags, structured: false, tls: h.tls, meta: None };
     while h.options_left > 0 {
         h.options_left -= 1;
         let mut b = [0u8; OPT_HEADER_LEN];
@@ -158,6 +162,9 @@ fn answer(
             encode_opt_reply(out, option, rep::ERR_INVALID, b"this option takes no data")
         }
         opt::INFO | opt::GO => return Ok(info_or_go(out, server, st, option, data, peer)),
+        opt::LIST_META_CONTEXT | opt::SET_META_CONTEXT => {
+            meta_context::answer(out, server, st.structured, &mut st.meta, option, data)
+        }
         _ => encode_opt_reply(out, option, rep::ERR_UNSUP, b"option not supported by memlend"),
     }
     Ok(None)
@@ -196,7 +203,21 @@ fn export_name(
     let export = server.find(name).ok_or_else(unknown)?;
     let flags = export.tx_flags(st.structured);
     encode_export_name_reply(out, export.size_bytes, flags, st.flags.no_zeroes);
-    Ok(Negotiated::Transmit(Session::new(Arc::clone(export), st.structured, peer, &server.cfg)))
+    Ok(transmit(server, st, export, peer))
+}
+
+/// Enter transmission on `export`, with block status if `base:allocation`
+/// was selected for this very export (a selection belongs to the export
+/// SET_META_CONTEXT named).
+fn transmit(
+    server: &Server,
+    st: &State,
+    export: &Arc<ExportState>,
+    peer: SocketAddr,
+) -> Negotiated {
+    let block_status = st.meta.as_ref().is_some_and(|m| Arc::ptr_eq(m, export));
+    let session = Session::new(Arc::clone(export), st.structured, block_status, peer, &server.cfg);
+    Negotiated::Transmit(session)
 }
 
 fn list(out: &mut Vec<u8>, server: &Server) {
@@ -235,9 +256,7 @@ fn info_or_go(
     }
     encode_opt_reply(out, option, rep::ACK, &[]);
     let go = option == opt::GO;
-    go.then(|| {
-        Negotiated::Transmit(Session::new(Arc::clone(export), st.structured, peer, &server.cfg))
-    })
+    go.then(|| transmit(server, st, export, peer))
 }
 
 /// INFO_EXPORT and INFO_BLOCK_SIZE always; name and description if asked.

@@ -7,6 +7,7 @@
 //! on a slow one a small bounded pool per connection answers out of order.
 
 mod allow;
+mod block_status;
 mod buffers;
 mod byte_io;
 mod command;
@@ -17,6 +18,7 @@ mod error;
 mod export;
 mod framing;
 mod handshake;
+mod meta_context;
 mod server;
 mod session;
 mod tls;

@@ -11,6 +11,8 @@ use std::sync::Arc;
 pub(crate) struct Session {
     pub export: Arc<ExportState>,
     pub structured: bool,
+    /// `base:allocation` was selected for this export: BLOCK_STATUS works.
+    pub block_status: bool,
     pub peer: SocketAddr,
     pub max_request_bytes: u32,
     pub min_block_bytes: u32,
@@ -23,6 +25,7 @@ pub(crate) enum Op {
     Write { offset: u64, fua: bool },
     Trim { offset: u64, len: u32, fua: bool },
     Zero { offset: u64, len: u32, may_trim: bool, fua: bool },
+    BlockStatus { offset: u64, len: u32, req_one: bool },
     Flush,
     Cache,
     Disc,
@@ -43,11 +46,12 @@ impl Session {
     pub fn new(
         export: Arc<ExportState>,
         structured: bool,
+        block_status: bool,
         peer: SocketAddr,
         cfg: &NbdConfig,
     ) -> Self {
         let (max_request_bytes, min_block_bytes) = (cfg.max_request_bytes, cfg.min_block_bytes);
-        Session { export, structured, peer, max_request_bytes, min_block_bytes }
+        Session { export, structured, block_status, peer, max_request_bytes, min_block_bytes }
     }
 
     /// Flags each command accepts. FUA is accepted everywhere, as the
@@ -56,6 +60,7 @@ impl Session {
         cmd_flags::FUA
             | match cmd {
                 Command::Read if self.structured => cmd_flags::DF,
+                Command::BlockStatus if self.block_status => cmd_flags::REQ_ONE,
                 Command::WriteZeroes => cmd_flags::NO_HOLE | cmd_flags::FAST_ZERO,
                 _ => 0,
             }
@@ -71,7 +76,7 @@ impl Session {
         match cmd {
             Command::Disc => return Ok(Op::Disc),
             Command::Flush => return Ok(Op::Flush),
-            Command::BlockStatus => {
+            Command::BlockStatus if !self.block_status => {
                 return Err(reject(
                     Errno::Inval,
                     "block status needs a metadata context; none was set",
@@ -116,6 +121,13 @@ impl Session {
             Command::Write => Op::Write { offset, fua },
             Command::Trim => Op::Trim { offset, len, fua },
             Command::Cache => Op::Cache,
+            Command::BlockStatus => {
+                // A descriptor may not be empty, so there is nothing to say.
+                if len == 0 {
+                    return Err(reject(Errno::Inval, "block status of zero bytes"));
+                }
+                Op::BlockStatus { offset, len, req_one: req.flags & cmd_flags::REQ_ONE != 0 }
+            }
             Command::WriteZeroes => {
                 let no_hole = req.flags & cmd_flags::NO_HOLE != 0;
                 let fast = req.flags & cmd_flags::FAST_ZERO != 0;
@@ -124,9 +136,7 @@ impl Session {
                 }
                 Op::Zero { offset, len, may_trim: !no_hole, fua }
             }
-            Command::Disc | Command::Flush | Command::BlockStatus => {
-                unreachable!("handled by validate")
-            }
+            Command::Disc | Command::Flush => unreachable!("handled by validate"),
         })
     }
 }

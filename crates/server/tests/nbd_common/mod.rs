@@ -225,6 +225,29 @@ impl RawClient {
         }
     }
 
+    /// A structured client that selected `base:allocation` for `name`.
+    pub fn with_block_status(port: u16, name: &str) -> Self {
+        let mut s = connect_raw(port);
+        s.write_all(&ClientFlags { fixed_newstyle: true, no_zeroes: true }.encode()).unwrap();
+        send_option(&mut s, opt::STRUCTURED_REPLY, &[]);
+        assert_eq!(read_opt_reply(&mut s).unwrap().0.reply, rep::ACK);
+        let contexts = meta_context(&mut s, opt::SET_META_CONTEXT, name, &[BASE_ALLOCATION]);
+        assert_eq!(contexts, Ok(vec![(1, BASE_ALLOCATION.to_string())]));
+        let (size, flags) = go(&mut s, name).expect("OPT_GO refused");
+        RawClient { s, size, flags, structured: true, next_cookie: 1 }
+    }
+
+    /// BLOCK_STATUS: the extents of the one reply chunk, or the error.
+    pub fn block_status(&mut self, flags: u16, offset: u64, len: u32) -> Result<Vec<Extent>, u32> {
+        let r = self.call(Command::BlockStatus, flags, offset, len, &[]);
+        if r.error != 0 {
+            return Err(r.error);
+        }
+        let (id, extents) = decode_block_status(&r.data).expect("a block status chunk");
+        assert_eq!(id, 1, "extents for a context that was not selected");
+        Ok(extents)
+    }
+
     pub fn disconnect(mut self) {
         let cookie = self.cookie();
         self.send(Request::new(Command::Disc, cookie, 0, 0), &[]);
@@ -252,6 +275,35 @@ pub fn go(s: &mut TcpStream, name: &str) -> Result<(u64, u16), u32> {
     panic!("too many option replies");
 }
 
+/// LIST or SET_META_CONTEXT for export `name`: the (id, name) of every
+/// context in the answer, or the error reply type.
+pub fn meta_context(
+    s: &mut TcpStream,
+    option: u32,
+    name: &str,
+    queries: &[&str],
+) -> Result<Vec<(u32, String)>, u32> {
+    let queries = queries.iter().map(|q| q.as_bytes()).collect();
+    send_option(s, option, &MetaContextRequest { name: name.as_bytes(), queries }.encode());
+    let mut contexts = Vec::new();
+    for _ in 0..16 {
+        let (h, data) = read_opt_reply(s).unwrap();
+        assert_eq!(h.option, option);
+        match h.reply {
+            rep::META_CONTEXT => {
+                let (id, name) = decode_rep_meta_context(&data).unwrap();
+                contexts.push((id, String::from_utf8(name.to_vec()).unwrap()));
+            }
+            rep::ACK => return Ok(contexts),
+            err => {
+                assert!(!data.is_empty(), "error replies carry a message");
+                return Err(err);
+            }
+        }
+    }
+    panic!("too many option replies");
+}
+
 /// The rest of a structured reply whose first 4 bytes (`magic`) are read.
 fn recv_structured(s: &mut TcpStream, mut magic: Vec<u8>) -> io::Result<Reply> {
     let mut reply = Reply::default();
@@ -271,6 +323,8 @@ fn recv_structured(s: &mut TcpStream, mut magic: Vec<u8>) -> io::Result<Reply> {
                 reply.data = data.to_vec();
             }
             chunk_type::NONE => assert!(payload.is_empty()),
+            // Kept whole; `RawClient::block_status` decodes it.
+            chunk_type::BLOCK_STATUS => reply.data = payload,
             k if k & chunk_type::FLAG_ERROR != 0 => {
                 reply.error = decode_error_chunk(&payload).unwrap().0
             }

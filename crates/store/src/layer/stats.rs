@@ -118,6 +118,16 @@ impl<S: PageStore> PageStore for Stats<S> {
         self.flush.record(start, 0, &result);
         result
     }
+
+    // Pages and bytes are the inner store's, one to one.
+    fn allocation(
+        &self,
+        page: u64,
+        count: u64,
+        out: &mut Vec<(u64, bool)>,
+    ) -> Option<StoreResult<()>> {
+        self.inner.allocation(page, count, out)
+    }
 }
 
 impl OpCounters {

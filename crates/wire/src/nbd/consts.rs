@@ -20,6 +20,13 @@ pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
 
 /// The longest string (export name, description, message) the protocol allows.
 pub const MAX_STRING_BYTES: usize = 4096;
+/// Most queries one `OPT_LIST_META_CONTEXT` or `OPT_SET_META_CONTEXT` may
+/// carry. The protocol sets no limit; a client asks for a handful.
+pub const MAX_META_QUERIES: u32 = 128;
+
+/// The metadata context of allocation: which ranges are holes, which read
+/// as zero (`state::*`).
+pub const BASE_ALLOCATION: &str = "base:allocation";
 
 /// Handshake flags (server, 16 bits).
 pub mod handshake_flags {
@@ -116,6 +123,14 @@ pub mod chunk_type {
     pub const FLAG_ERROR: u16 = 1 << 15;
     pub const ERROR: u16 = FLAG_ERROR | 1;
     pub const ERROR_OFFSET: u16 = FLAG_ERROR | 2;
+}
+
+/// Extent flags of the `base:allocation` context in a block status chunk.
+pub mod state {
+    /// Not allocated in the backend.
+    pub const HOLE: u32 = 1 << 0;
+    /// Reads as all zeroes.
+    pub const ZERO: u32 = 1 << 1;
 }
 
 wire_enum! {

@@ -17,6 +17,9 @@ fn decode_everything(b: &[u8]) {
     let _ = ChunkHeader::decode(b);
     let _ = decode_error_chunk(b);
     let _ = decode_offset_data(b);
+    let _ = MetaContextRequest::decode(b);
+    let _ = decode_rep_meta_context(b);
+    let _ = decode_block_status(b);
 }
 
 proptest! {

@@ -8,6 +8,7 @@ mod consts;
 mod error;
 mod export_info;
 mod handshake;
+mod meta;
 mod option;
 mod reply;
 mod request;
@@ -24,8 +25,10 @@ pub use handshake::{decode_export_name_reply, encode_export_name_reply, ClientFl
 pub use handshake::{
     CLIENT_FLAGS_LEN, EXPORT_NAME_PADDING_LEN, EXPORT_NAME_REPLY_LEN, GREETING_LEN,
 };
+pub use meta::{decode_rep_meta_context, encode_rep_meta_context, MetaContextRequest};
 pub use option::{encode_opt_reply, InfoRequest, OptHeader, OptReplyHeader};
 pub use option::{OPT_HEADER_LEN, OPT_REPLY_HEADER_LEN};
+pub use reply::{decode_block_status, encode_block_status_chunk, Extent, EXTENT_LEN};
 pub use reply::{decode_error_chunk, decode_offset_data, encode_error_chunk, encode_none_chunk};
 pub use reply::{encode_offset_data_header, ChunkHeader, SimpleReply};
 pub use reply::{CHUNK_HEADER_LEN, OFFSET_DATA_HEADER_LEN, SIMPLE_REPLY_LEN};

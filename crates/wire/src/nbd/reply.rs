@@ -6,6 +6,7 @@
 //!             | length u32 | payload[length]
 //!   OFFSET_DATA payload: offset u64 | data
 //!   ERROR payload:       error u32 | message length u16 | message
+//!   BLOCK_STATUS payload: context id u32 | n x (length u32 | flags u32)
 //! ```
 
 use super::error::need;
@@ -18,6 +19,10 @@ pub const CHUNK_HEADER_LEN: usize = 20;
 pub const OFFSET_DATA_HEADER_LEN: usize = CHUNK_HEADER_LEN + 8;
 /// Fixed part of an ERROR chunk payload: error and message length.
 const ERROR_FIXED_LEN: usize = 6;
+/// The context id that starts a BLOCK_STATUS payload.
+const BLOCK_STATUS_FIXED_LEN: usize = 4;
+/// One extent descriptor in a BLOCK_STATUS payload.
+pub const EXTENT_LEN: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimpleReply {
@@ -136,6 +141,53 @@ pub fn decode_error_chunk(payload: &[u8]) -> Result<(u32, &[u8]), DecodeError> {
     Ok((be_u32(payload, 0), &payload[ERROR_FIXED_LEN..ERROR_FIXED_LEN + msg_len]))
 }
 
+/// One extent of a BLOCK_STATUS chunk: `len_bytes` bytes (never 0) in the
+/// state `flags` (for `base:allocation`, `state::*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub len_bytes: u32,
+    pub flags: u32,
+}
+
+/// Append a BLOCK_STATUS chunk describing consecutive extents for one
+/// metadata context. Callers bound `extents` far below the 32-bit length.
+pub fn encode_block_status_chunk(
+    out: &mut Vec<u8>,
+    cookie: u64,
+    context_id: u32,
+    extents: &[Extent],
+    done: bool,
+) {
+    let len = u32::try_from(BLOCK_STATUS_FIXED_LEN + EXTENT_LEN * extents.len())
+        .expect("BLOCK_STATUS chunk over 4 GiB");
+    let h = ChunkHeader { flags: done_flag(done), kind: chunk_type::BLOCK_STATUS, cookie, len };
+    out.reserve(CHUNK_HEADER_LEN + len as usize);
+    out.extend_from_slice(&h.encode());
+    out.extend_from_slice(&context_id.to_be_bytes());
+    for e in extents {
+        out.extend_from_slice(&e.len_bytes.to_be_bytes());
+        out.extend_from_slice(&e.flags.to_be_bytes());
+    }
+}
+
+/// Split a BLOCK_STATUS payload into its context id and extents. The
+/// protocol requires at least one extent.
+pub fn decode_block_status(payload: &[u8]) -> Result<(u32, Vec<Extent>), DecodeError> {
+    need("block status chunk", payload, BLOCK_STATUS_FIXED_LEN + EXTENT_LEN)?;
+    let descriptors = &payload[BLOCK_STATUS_FIXED_LEN..];
+    if !descriptors.len().is_multiple_of(EXTENT_LEN) {
+        let got = payload.len() as u64;
+        let expected =
+            (BLOCK_STATUS_FIXED_LEN + descriptors.len() / EXTENT_LEN * EXTENT_LEN) as u64;
+        return Err(DecodeError::BadLength { what: "block status chunk", got, expected });
+    }
+    let extents = descriptors
+        .chunks_exact(EXTENT_LEN)
+        .map(|d| Extent { len_bytes: be_u32(d, 0), flags: be_u32(d, 4) })
+        .collect();
+    Ok((be_u32(payload, 0), extents))
+}
+
 /// Split an OFFSET_DATA payload into offset and data.
 pub fn decode_offset_data(payload: &[u8]) -> Result<(u64, &[u8]), DecodeError> {
     need("offset data chunk", payload, 9)?;
@@ -186,6 +238,31 @@ mod tests {
             prop_assert_eq!(e, error);
             prop_assert_eq!(m, &msg[..msg.len().min(MAX_STRING_BYTES)]);
         }
+    }
+
+    proptest! {
+        #[test]
+        fn block_status_round_trips(cookie in any::<u64>(), id in any::<u32>(),
+                                    raw in proptest::collection::vec((1u32.., any::<u32>()), 1..50),
+                                    done in any::<bool>()) {
+            let extents: Vec<Extent> =
+                raw.iter().map(|&(len_bytes, flags)| Extent { len_bytes, flags }).collect();
+            let mut b = Vec::new();
+            encode_block_status_chunk(&mut b, cookie, id, &extents, done);
+            let h = ChunkHeader::decode(&b).unwrap();
+            prop_assert_eq!((h.kind, h.cookie, h.is_done()), (chunk_type::BLOCK_STATUS, cookie, done));
+            prop_assert_eq!(h.len as usize, b.len() - CHUNK_HEADER_LEN);
+            prop_assert_eq!(decode_block_status(&b[CHUNK_HEADER_LEN..]).unwrap(), (id, extents));
+        }
+    }
+
+    #[test]
+    fn block_status_without_extents_or_with_a_partial_one_is_refused() {
+        assert!(decode_block_status(&[0, 0, 0, 1]).is_err());
+        assert!(decode_block_status(&[0, 0, 0, 1, 0, 0, 16, 0, 0, 0, 0]).is_err());
+        let mut twelve_and_a_bit = vec![0u8; 4 + EXTENT_LEN + 3];
+        twelve_and_a_bit[3] = 1;
+        assert!(decode_block_status(&twelve_and_a_bit).is_err());
     }
 
     #[test]
