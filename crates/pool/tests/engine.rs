@@ -41,6 +41,33 @@ fn three_way_handshake_when_clients_are_fewer() {
     net.assert_consistent();
 }
 
+/// With more servers with room than the fan-out, a request goes to three
+/// of them, not to all: three grants at most, not one per server (at 1000
+/// nodes a broadcast request drew about 510).
+#[test]
+fn a_request_goes_to_a_few_servers_with_room_not_to_all() {
+    let mut net = Net::new(9);
+    for i in 0..8 {
+        net.set_status(i, status(NodeClass::Server, GIB));
+    }
+    net.set_status(8, status(NodeClass::Client, 0));
+    net.run_for(300_000);
+    net.want(8, 7, 256 * MIB);
+    net.run_for(200_000);
+    assert_eq!(net.ready(8).len(), 1);
+    let requests: Vec<bool> = net
+        .sent
+        .iter()
+        .filter(|(_, from, b, _)| *from == 8 && matches!(b, Body::Request(_)))
+        .map(|(_, _, _, broadcast)| *broadcast)
+        .collect();
+    assert_eq!(requests, vec![false; 3], "three unicast requests, no broadcast");
+    let grants = net.sent.iter().filter(|(_, _, b, _)| matches!(b, Body::Grant(_))).count();
+    assert!((1..=3).contains(&grants), "{grants} grants");
+    assert_eq!((0..8).map(|i| net.reserved_bytes(i)).sum::<u64>(), 256 * MIB);
+    net.assert_consistent();
+}
+
 #[test]
 fn four_way_handshake_when_servers_are_fewer() {
     let mut net = abc();

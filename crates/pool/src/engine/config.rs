@@ -46,6 +46,9 @@ pub struct Config {
     pub max_borrowed: usize,
     /// Most outstanding local demands.
     pub max_demands: usize,
+    /// Servers a request goes to at first (doubling with each retry), when
+    /// servers do not broadcast offers.
+    pub request_fanout: usize,
 }
 
 impl Config {
@@ -78,6 +81,7 @@ impl Config {
             max_lent: 256,
             max_borrowed: memlend_wire::ctrl::MAX_HEARTBEAT_LEASES,
             max_demands: 64,
+            request_fanout: 3,
         }
     }
 
