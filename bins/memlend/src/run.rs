@@ -94,8 +94,10 @@ pub fn run(a: &RunArgs) -> Result<()> {
         (Some(b), _) | (None, Some(b)) => b,
         (None, None) => memlend_node::meminfo::Memory::read()?.available_bytes / 2,
     };
-    if local < 4096 {
-        bail!("--local must be at least one page");
+    let floor_bytes = (memlend_fault::BUDGET_FLOOR_PAGES * memlend_store::PAGE_SIZE) as u64;
+    if a.mem.is_none() && local < floor_bytes {
+        // One instruction may need several far pages at once (see the floor's doc).
+        bail!("--local must be at least {} KiB", floor_bytes >> 10);
     }
     if !a.donors.is_empty() && a.ssd.is_some() && a.redundancy == Redundancy::None {
         bail!("give --donor or --ssd, not both");

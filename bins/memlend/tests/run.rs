@@ -232,6 +232,43 @@ fn with_mem_the_whole_process_stays_within_it_as_the_rest_grows() {
     assert!(budget < 40.0, "the far budget did not shrink for the 24 MiB grown: {line}");
 }
 
+/// A `--mem` too small for the rest of the process: the far pages keep
+/// their floor, so an instruction that needs two far pages at once (an
+/// 8-byte load across a page boundary) still completes, where a budget of
+/// one page faulted on each in turn forever; and the user is told.
+#[test]
+fn with_mem_too_small_the_program_still_finishes_and_is_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_straddle", dir.path());
+    let cmd = [prog.to_str().unwrap(), "8"];
+    let child = Command::new(MEMLEND)
+        .args(["run", "--preload", shim().to_str().unwrap(), "--mem", "4M", "--ssd"])
+        .arg(dir.path())
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reaped = Reaped(child);
+    let child = &mut reaped.0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no progress under a tiny --mem");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{status}\n{err}");
+    assert_eq!(out, text(&plain_run(&cmd).stdout), "every byte copied:\n{err}");
+    assert!(err.contains("--mem 4 MiB is too small"), "the user is told:\n{err}");
+    assert!(faults_from_store(&err) > 0, "the pages really went far:\n{err}");
+}
+
 /// A user who may not use userfaultfd gets an error that says so and names
 /// the fixes, before the program starts, rather than a program that dies of
 /// MemoryError for no stated reason. Run as `nobody` through runuser.

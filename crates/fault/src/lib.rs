@@ -42,7 +42,7 @@ mod writeback;
 mod zpool;
 
 pub use error::{FaultError, Result};
-pub use region::{Region, RegionConfig, Tuning};
+pub use region::{Region, RegionConfig, Tuning, BUDGET_FLOOR_PAGES};
 pub use state::{PageState, PageTable, Policy, METADATA_BYTES_PER_PAGE};
 pub use stats::{DetailedStats, HandlerStats, RegionStats};
 pub use uffd::check_access;

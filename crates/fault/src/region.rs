@@ -83,6 +83,14 @@ impl Tuning {
     }
 }
 
+/// A budget set while the region runs (`set_budget_pages`) never goes
+/// below this. One instruction may need several far pages mapped at once (a
+/// copy between two of them, each across a page boundary): with room for
+/// fewer, each fault evicts a page the instruction still needs, and it
+/// never completes. Seen: redis under `--mem 32M` at a budget of one page,
+/// 6.7 M store faults in 6 minutes and not one command answered.
+pub const BUDGET_FLOOR_PAGES: usize = 256;
+
 /// ACMS found a 512-page window right for a sequential scan.
 const PREFETCH_MAX_PAGES: usize = 512;
 /// A prefetch window is at most this share of the budget: with
@@ -311,7 +319,7 @@ impl Region {
     /// new budget. It never goes below twice the reserved pages (the
     /// handler's buffers must fit with room for mapped pages).
     pub fn set_budget_pages(&self, budget_pages: usize) {
-        let budget_pages = budget_pages.max(2 * self.reserve_pages).max(1);
+        let budget_pages = budget_pages.max(2 * self.reserve_pages).max(BUDGET_FLOOR_PAGES);
         self.counters
             .budget_target_pages
             .store(budget_pages as u64, std::sync::atomic::Ordering::Relaxed);

@@ -40,8 +40,10 @@ pub fn from_env() -> Result<Option<Config>> {
         None => DEFAULT_THRESHOLD_BYTES as usize,
     };
     let placement = memlend_place::env::placement_from_vars(var)?;
-    if local_bytes < 4096 {
-        bail!("{ENV_LOCAL}={local}: the local budget must be at least one page");
+    let floor_bytes = (memlend_fault::BUDGET_FLOOR_PAGES * memlend_store::PAGE_SIZE) as u64;
+    if local_bytes < floor_bytes {
+        // One instruction may need several far pages at once (see the floor's doc).
+        bail!("{ENV_LOCAL}={local}: the local budget must be at least {} KiB", floor_bytes >> 10);
     }
     let stats_dir = var(ENV_STATS_DIR).map(PathBuf::from);
     let compress = match var(ENV_COMPRESS).as_deref() {

@@ -16,9 +16,13 @@
 //! counted them twice: a redis under `--mem 128M` peaked at 112 MiB.) The
 //! rest is never taken as less than it was at the start plus
 //! `OWN_BUFFERS_BYTES`, for the store connections' buffers that grow only
-//! once pages move.
+//! once pages move. The far budget never goes below the region's
+//! `BUDGET_FLOOR_PAGES` (1 MiB), with which every instruction can progress:
+//! a LIMIT too small for the rest of the process is then exceeded, with a
+//! warning, rather than the program stalling.
 
 use crate::far::Heap;
+use memlend_fault::BUDGET_FLOOR_PAGES;
 use memlend_store::PAGE_SIZE;
 use std::time::Duration;
 
@@ -52,15 +56,26 @@ fn resident_bytes() -> u64 {
 /// The far budget that keeps the process within `mem_bytes` when the rest
 /// of it holds `rest_bytes`, and held `start_rest_bytes` at the start.
 pub fn budget_bytes(mem_bytes: u64, rest_bytes: u64, start_rest_bytes: u64) -> u64 {
-    let rest = rest_bytes.max(start_rest_bytes + OWN_BUFFERS_BYTES);
-    let slack = (mem_bytes / SLACK_SHARE).max(SLACK_MIN_BYTES);
-    mem_bytes.saturating_sub(rest).saturating_sub(slack).max(PAGE_SIZE as u64)
+    let besides = besides_far_bytes(mem_bytes, rest_bytes, start_rest_bytes);
+    mem_bytes.saturating_sub(besides).max(FLOOR_BYTES)
 }
+
+/// What LIMIT must leave besides the far pages: the rest of the process
+/// (never less than at the start plus the connections' buffers) and the
+/// slack.
+fn besides_far_bytes(mem_bytes: u64, rest_bytes: u64, start_rest_bytes: u64) -> u64 {
+    let rest = rest_bytes.max(start_rest_bytes + OWN_BUFFERS_BYTES);
+    rest + (mem_bytes / SLACK_SHARE).max(SLACK_MIN_BYTES)
+}
+
+/// The far budget's floor (see the module doc).
+const FLOOR_BYTES: u64 = (BUDGET_FLOOR_PAGES * PAGE_SIZE) as u64;
 
 /// Follow the rest of the process for as long as it lives.
 pub fn follow(heap: &'static Heap, mem_bytes: u64, start_rest_bytes: u64) {
     let spawned = std::thread::Builder::new().name("memlend-mem".into()).spawn(move || {
         let mut last_pages = 0;
+        let mut warned = false;
         let reserve_pages = heap.region.reserved_pages() as u64;
         loop {
             let h = heap.region.handler_stats();
@@ -69,6 +84,18 @@ pub fn follow(heap: &'static Heap, mem_bytes: u64, start_rest_bytes: u64) {
             let rest = rest_bytes(own_pages * PAGE_SIZE as u64);
             let budget = budget_bytes(mem_bytes, rest, start_rest_bytes);
             let pages = budget / PAGE_SIZE as u64;
+            if budget <= FLOOR_BYTES && !warned {
+                warned = true;
+                tracing::warn!(
+                    "--mem {} MiB is too small: besides its far pages the process needs {} MiB \
+                     ({} MiB its own, the rest memlend's buffers and slack), and the far pages \
+                     keep at least {} MiB, so the process may go over --mem",
+                    mem_bytes >> 20,
+                    besides_far_bytes(mem_bytes, rest, start_rest_bytes) >> 20,
+                    rest >> 20,
+                    FLOOR_BYTES >> 20
+                );
+            }
             if pages.abs_diff(last_pages) >= STEP_MIN_PAGES {
                 heap.region.set_budget_pages(pages as usize);
                 last_pages = pages;
@@ -94,7 +121,8 @@ mod tests {
         assert_eq!(budget_bytes(mib(128), mib(20), mib(1)), mib(104));
         // The rest is below the start plus the connections' buffers.
         assert_eq!(budget_bytes(mib(128), mib(2), mib(1)), mib(128 - 17 - 4));
-        // Never below a page.
-        assert_eq!(budget_bytes(mib(8), mib(100), 0), PAGE_SIZE as u64);
+        // Never below the floor at which every instruction can progress.
+        assert_eq!(budget_bytes(mib(8), mib(100), 0), FLOOR_BYTES);
+        assert_eq!(budget_bytes(mib(32), mib(14), mib(13)), FLOOR_BYTES);
     }
 }
