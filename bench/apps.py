@@ -112,6 +112,7 @@ memcached (apt-get install memcached; scripts/setup.sh installs it).
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import shlex
@@ -346,6 +347,10 @@ SERVERS = {"redis": Redis(), "memcached": Memcached()}
 # ---- the benchmark ---------------------------------------------------------------------------------
 
 
+class Skip(Exception):
+    """A peer that cannot run here; its row says why."""
+
+
 class Bench:
     def __init__(self, a, machine, workdir, ycsb, binp, skips, variants, has_mem):
         self.a, self.machine, self.workdir, self.ycsb = a, machine, workdir, ycsb
@@ -456,6 +461,69 @@ class Bench:
             pass
         UNDO.done(tok)
 
+    @contextlib.contextmanager
+    def peer_env(self, peer, limit, tag, row, oh=None):
+        """The memory `peer` runs in, made on entry and undone on every exit: swap to disk, zswap
+        or zram (with vm.page-cluster), or a loopback donor for a memlend peer; nothing for local.
+        Yields (memcg limit or -1, wrap), where wrap(argv) is the command that runs argv under the
+        peer. Records what it set up in row. Raises Skip where the peer cannot run."""
+        a, m = self.a, self.machine
+        swap_tok = zswap = donor = pc_tok = None
+        cg_limit = -1
+        wrap = list
+        try:
+            swap_size = a.size + a.size // 4
+            pc = a.page_cluster_compressed if peer in ("zswap", "zram") else a.page_cluster_disk
+            if peer in SWAP_PEERS:
+                if pc != "asis" and pc != m.page_cluster:
+                    pc_tok = UNDO.push("restore vm.page-cluster",
+                                       lambda: write("/proc/sys/vm/page-cluster", m.page_cluster))
+                    write("/proc/sys/vm/page-cluster", pc)
+                row["page_cluster"] = int(read("/proc/sys/vm/page-cluster"))
+            if peer in ("swap-disk", "zswap"):
+                swap_tok = m.swap_on("swap-disk", swap_size)
+                cg_limit = limit
+                if peer == "zswap":
+                    zswap = self.zswap_on()
+                    row["zswap_compressor"] = self.zswap_compressor
+            elif peer == "zram":
+                share = int(limit * a.zram_share) if a.zram_share < 1 else int(a.zram_share)
+                share = share // MIB * MIB
+                swap_tok = m.swap_on("zram", swap_size)
+                write(f"{ZRAM}/mem_limit", share)
+                cg_limit = limit - share
+                row["zram_share_mib"] = share // MIB
+                row["zram_algorithm"] = read(f"{ZRAM}/comp_algorithm")
+            elif peer != "local":
+                dport = common.free_port()
+                donor = Proc([self.bin["memlendd"], "--lend", human(self.far() + 256 * MIB), "--listen",
+                              f"127.0.0.1:{dport}", "--insecure"], os.path.join(self.workdir, f"memlendd_{tag}.log"))
+                common.wait_port(dport)
+                local = limit - (oh or 0)
+                if not self.has_mem:
+                    if local < 16 * MIB:
+                        raise Skip(f"LIMIT {limit // MIB} MiB leaves no local budget after {(oh or 0) // MIB} "
+                                   f"MiB overhead")
+                    row["memlend_local_mib"] = local // MIB
+                else:
+                    row["memlend_mem_mib"] = limit // MIB
+                row["memlend_args"] = self.memlend_peer_args(peer)
+
+                def wrap(argv):
+                    return self.memlend_argv(dport, row["memlend_args"], limit, argv, local)
+                cg_limit = limit
+            yield cg_limit, wrap
+        finally:
+            if donor is not None:
+                donor.kill(signal.SIGTERM)
+            if zswap is not None:
+                self.zswap_off(*zswap)
+            if swap_tok is not None:
+                m.swap_off("zram" if peer == "zram" else "swap-disk", swap_tok)
+            if pc_tok is not None:
+                write("/proc/sys/vm/page-cluster", m.page_cluster)
+                UNDO.done(pc_tok)
+
     def run_peer(self, app, mix, peer, frac, limit, records, oh):
         """run(), and once more with a gentle load if the memcg OOM killer ended the server
         during a full-speed load: 16 connections x 64 SETs in flight fill memory at ~100-200
@@ -493,49 +561,16 @@ class Bench:
         port = common.free_port()
         argv = app.argv(port, self.workdir, a)
         tag = f"{app.name}_{mix_name.replace('/', '-')}_{peer}_{frac or 'all'}"
-        swap_tok = zswap = donor = server = sampler = pc_tok = None
-        cg_limit = -1
+        server = sampler = None
         errors, checks = [], []
+        env = contextlib.ExitStack()
         try:
-            swap_size = a.size + a.size // 4
-            pc = a.page_cluster_compressed if peer in ("zswap", "zram") else a.page_cluster_disk
-            if peer in SWAP_PEERS:
-                if pc != "asis" and pc != m.page_cluster:
-                    pc_tok = UNDO.push("restore vm.page-cluster",
-                                       lambda: write("/proc/sys/vm/page-cluster", m.page_cluster))
-                    write("/proc/sys/vm/page-cluster", pc)
-                row["page_cluster"] = int(read("/proc/sys/vm/page-cluster"))
-            if peer in ("swap-disk", "zswap"):
-                swap_tok = m.swap_on("swap-disk", swap_size)
-                cg_limit = limit
-                if peer == "zswap":
-                    zswap = self.zswap_on()
-                    row["zswap_compressor"] = self.zswap_compressor
-            elif peer == "zram":
-                share = int(limit * a.zram_share) if a.zram_share < 1 else int(a.zram_share)
-                share = share // MIB * MIB
-                swap_tok = m.swap_on("zram", swap_size)
-                write(f"{ZRAM}/mem_limit", share)
-                cg_limit = limit - share
-                row["zram_share_mib"] = share // MIB
-                row["zram_algorithm"] = read(f"{ZRAM}/comp_algorithm")
-            elif peer != "local":
-                dport = common.free_port()
-                donor = Proc([self.bin["memlendd"], "--lend", human(self.far() + 256 * MIB), "--listen",
-                              f"127.0.0.1:{dport}", "--insecure"], os.path.join(self.workdir, f"memlendd_{tag}.log"))
-                common.wait_port(dport)
-                local = limit - oh
-                if not self.has_mem:
-                    if local < 16 * MIB:
-                        row["note"] = f"skipped: LIMIT {limit // MIB} MiB leaves no local budget after " \
-                                      f"{oh // MIB} MiB overhead"
-                        return row
-                    row["memlend_local_mib"] = local // MIB
-                else:
-                    row["memlend_mem_mib"] = limit // MIB
-                row["memlend_args"] = self.memlend_peer_args(peer)
-                argv = self.memlend_argv(dport, row["memlend_args"], limit, argv, local)
-                cg_limit = limit
+            try:
+                cg_limit, wrap = env.enter_context(self.peer_env(peer, limit, tag, row, oh))
+            except Skip as why:
+                row["note"] = f"skipped: {why}"
+                return row
+            argv = wrap(argv)
             m.set_limit(cg_limit)
             self._empty_cg()
             try:
@@ -691,25 +726,8 @@ class Bench:
             kmem = cg_read(m, "memory.kmem.max_usage_in_bytes")
             if kmem is not None:
                 row["cg_kmem_max_usage_mib"] = round(kmem / MIB, 1)
-            if donor is not None:
-                donor.kill(signal.SIGTERM)
-            if zswap is not None:
-                self.zswap_off(*zswap)
-            if swap_tok is not None:
-                m.swap_off("zram" if peer == "zram" else "swap-disk", swap_tok)
-            if pc_tok is not None:
-                write("/proc/sys/vm/page-cluster", m.page_cluster)
-                UNDO.done(pc_tok)
-        total = row.get("cg_max_usage_mib")
-        if total is not None:
-            total += row.get("zram_mem_used_max_mib") or 0  # never charged to the memcg
-            pool = row.get("zswap_pool_peak_mib")
-            if pool:
-                # charged, the pool would be kernel memory of the memcg (v1 counts kmem in its usage)
-                row["zswap_pool_charged"] = (row.get("cg_kmem_max_usage_mib") or 0) >= 0.5 * pool
-                if not row["zswap_pool_charged"]:
-                    total += pool
-            row["total_peak_mib"] = round(total, 1)
+            env.close()  # the donor, zswap, swap and vm.page-cluster, after the server is gone
+        add_total(row)
         notes = []
         if row.get("cg_oom_kills"):
             what = f"memcg limit {row['cg_limit_mib']} MiB"
@@ -790,6 +808,22 @@ def zswap_total_limit(rows, app, mix, frac):
     return None
 
 
+def add_total(row):
+    """total_peak_mib: the memcg's peak plus what the compressed peers hold outside it (zram's
+    pool always; zswap's where this kernel did not charge it to the memcg)."""
+    total = row.get("cg_max_usage_mib")
+    if total is None:
+        return
+    total += row.get("zram_mem_used_max_mib") or 0  # never charged to the memcg
+    pool = row.get("zswap_pool_peak_mib")
+    if pool:
+        # charged, the pool would be kernel memory of the memcg (v1 counts kmem in its usage)
+        row["zswap_pool_charged"] = (row.get("cg_kmem_max_usage_mib") or 0) >= 0.5 * pool
+        if not row["zswap_pool_charged"]:
+            total += pool
+    row["total_peak_mib"] = round(total, 1)
+
+
 def add_ratios(rows):
     def key(r):
         return r["app"], r["mix"]
@@ -816,13 +850,14 @@ COLORS = {"local": "#555555", "swap-disk": "#c0392b", "zswap": "#8e44ad", "zram"
 EXTRA_COLORS = ["#17a589", "#5dade2", "#0b5345", "#a9cce3"]
 
 
-def plot(path, rows, peers, title):
+def plot(path, rows, peers, title, names=APPS):
+    """ops/s over all-local against the local fraction: a panel per app (of `names`) x mix."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    apps = [a for a in APPS if any(r["app"] == a for r in rows)]
+    apps = [a for a in names if any(r["app"] == a for r in rows)]
     mixes = []
     for r in rows:
         if r["mix"] not in mixes:
