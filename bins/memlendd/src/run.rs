@@ -1,4 +1,4 @@
-use crate::args::Args;
+use crate::args::{Args, ExportArg};
 use anyhow::{bail, Context, Result};
 use memlend_node::{keyfile, meminfo, size::human};
 use memlend_server::lifecycle::Shutdown;
@@ -31,7 +31,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let ram = RamOptions { prealloc: args.prealloc, mlock: args.mlock };
     let exports = nbd_exports(&args, lend_pages)?;
-    let export_pages: u64 = exports.iter().map(|(_, p)| p).sum();
+    let export_pages: u64 = exports.iter().map(|e| e.pages).sum();
     if export_pages > lend_pages {
         bail!(
             "the exports need {} but --lend is {}",
@@ -140,17 +140,22 @@ fn load_key(args: &Args) -> Result<Option<memlend_wire::page::Key>> {
     }
 }
 
-fn nbd_exports(args: &Args, lend_pages: u64) -> Result<Vec<(String, u64)>> {
+/// The exports to serve: none without an NBD listener.
+fn nbd_exports(args: &Args, lend_pages: u64) -> Result<Vec<ExportArg>> {
     if args.nbd.is_none() {
-        if !args.exports.is_empty() {
-            bail!("--export needs --nbd ADDR");
+        if !args.exports.is_empty() || args.nbd_read_only {
+            bail!("--export and --nbd-read-only need --nbd ADDR");
         }
         return Ok(Vec::new());
     }
-    if args.exports.is_empty() {
-        return Ok(vec![("memlend".to_string(), lend_pages)]);
+    let mut exports = args.exports.clone();
+    if exports.is_empty() {
+        exports.push(ExportArg { name: "memlend".into(), pages: lend_pages, read_only: false });
     }
-    Ok(args.exports.clone())
+    for e in &mut exports {
+        e.read_only |= args.nbd_read_only;
+    }
+    Ok(exports)
 }
 
 fn spawn(
@@ -191,16 +196,18 @@ fn nbd_tls(args: &Args) -> Result<Option<nbd::Tls>> {
 /// Serve the NBD exports, each a RAM store carved out of the lent budget.
 pub fn start_nbd(
     addr: std::net::SocketAddr,
-    exports: &[(String, u64)],
+    exports: &[ExportArg],
     ram: RamOptions,
     args: &Args,
     shutdown: Shutdown,
 ) -> Result<JoinHandle<()>> {
     let mut list = Vec::new();
-    for (name, pages) in exports {
-        let store: Arc<dyn PageStore> = Arc::new(RamStore::new(*pages, ram)?);
-        let about = format!("memlend RAM export of {}", human(pages * PAGE_SIZE as u64));
-        list.push(nbd::Export::new(name.clone(), store).description(about));
+    for e in exports {
+        let store: Arc<dyn PageStore> = Arc::new(RamStore::new(e.pages, ram)?);
+        let about = format!("memlend RAM export of {}", human(e.pages * PAGE_SIZE as u64));
+        list.push(
+            nbd::Export::new(e.name.clone(), store).description(about).read_only(e.read_only),
+        );
     }
     let tls = nbd_tls(args)?;
     let clients_verified = tls.as_ref().is_some_and(|t| t.verifies_clients());
@@ -215,7 +222,7 @@ pub fn start_nbd(
         ..Default::default()
     };
     let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-    let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
-    tracing::info!(nbd = %listener.local_addr()?, exports = ?names, "serving NBD");
+    let names: Vec<_> = exports.iter().map(|e| (e.name.as_str(), e.read_only)).collect();
+    tracing::info!(nbd = %listener.local_addr()?, exports = ?names, "serving NBD (name, read-only)");
     spawn("nbd-accept", move || nbd::serve(listener, list, cfg, shutdown))
 }
