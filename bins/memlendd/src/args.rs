@@ -38,6 +38,13 @@ pub struct Args {
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<SocketAddr>,
 
+    /// Also (or only) serve the NBD exports on a Unix socket at PATH, made
+    /// mode 0660: the file's owner and group are who may connect, as
+    /// --nbd-allow does not apply there. A stale socket left by a crash is
+    /// replaced; the file is removed on a clean stop.
+    #[arg(long, value_name = "PATH")]
+    pub nbd_unix: Option<PathBuf>,
+
     /// Serve every NBD export read-only: clients are told so, and writes,
     /// trims and write-zeroes fail with EPERM. One export alone: --export
     /// NAME=SIZE,ro.
@@ -66,8 +73,8 @@ pub struct Args {
 
     /// An NBD export `NAME=SIZE`, carved out of --lend; repeatable. The first
     /// one is also served for the empty name. `NAME=SIZE,ro` serves it
-    /// read-only. Default with --nbd: one export `memlend` of the whole
-    /// --lend.
+    /// read-only. Default with --nbd or --nbd-unix: one export `memlend` of
+    /// the whole --lend.
     #[arg(long = "export", value_name = "NAME=SIZE[,ro]", value_parser = parse_export)]
     pub exports: Vec<ExportArg>,
 

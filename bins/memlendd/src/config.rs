@@ -162,10 +162,16 @@ mod tests {
     }
 
     #[test]
-    fn the_read_only_keys_become_their_flags() {
-        let text = "nbd-read-only = true\nexport = [\"a=1G,ro\", \"b=1G\"]\n";
+    fn the_nbd_unix_and_read_only_keys_become_their_flags() {
+        let text = "nbd_unix = \"/run/memlend/nbd.sock\"\nnbd-read-only = true\n\
+                    export = [\"a=1G,ro\", \"b=1G\"]\n";
         let got = flags(text, &[]).unwrap();
-        let want = ["--export=a=1G,ro", "--export=b=1G", "--nbd-read-only"];
+        let want = [
+            "--export=a=1G,ro",
+            "--export=b=1G",
+            "--nbd-read-only",
+            "--nbd-unix=/run/memlend/nbd.sock",
+        ];
         assert_eq!(got, want, "in key order");
         assert!(error("export = \"a=1G,rw\"\n").contains("unknown export option `rw`"));
         assert!(error("nbd_read_only = \"yes\"\n").contains("expected true or false"));

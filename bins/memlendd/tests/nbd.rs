@@ -1,8 +1,12 @@
 //! memlendd's NBD flags with real clients: read-only exports (--nbd-read-only
-//! and `--export NAME=SIZE,ro`) against qemu-io, nbdinfo and a raw client,
-//! and TLS key files.
+//! and `--export NAME=SIZE,ro`) against qemu-io and nbdinfo, and the Unix
+//! socket listener (--nbd-unix) against nbdcopy and nbdinfo, its file's
+//! mode, removal on a clean stop and replacement when stale.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -134,19 +138,23 @@ fn an_export_marked_ro_refuses_writes_from_qemu_io() {
     assert!(d.stop().success());
 }
 
-/// --nbd-read-only: every export, here the default one.
+/// --nbd-read-only: every export, here the default one, over the Unix
+/// socket too.
 #[test]
-fn nbd_read_only_covers_every_export() {
+fn nbd_read_only_covers_every_export_and_listener() {
     require_tool("qemu-io", "qemu-utils");
     require_tool("nbdinfo", "libnbd-bin");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nbd.sock");
     let nbd = free_addr();
-    let d = Daemon::start(&["--nbd", &nbd.to_string(), "--nbd-read-only"], || {
-        TcpStream::connect(nbd).is_ok()
-    });
-    let uri = format!("nbd://{nbd}");
-    assert_refused_by_qemu_io(&uri, "write -P 0x5a 0 4k");
-    let info = must(Command::new("nbdinfo").arg("--json").arg(&uri));
-    assert!(info.contains("\"is_read_only\": true"), "{info}");
+    let args =
+        ["--nbd", &nbd.to_string(), "--nbd-unix", socket.to_str().unwrap(), "--nbd-read-only"];
+    let d = Daemon::start(&args, || socket.exists() && TcpStream::connect(nbd).is_ok());
+    for uri in [format!("nbd://{nbd}"), format!("nbd+unix:///?socket={}", socket.display())] {
+        assert_refused_by_qemu_io(&uri, "write -P 0x5a 0 4k");
+        let info = must(Command::new("nbdinfo").arg("--json").arg(&uri));
+        assert!(info.contains("\"is_read_only\": true"), "{info}");
+    }
     raw_writes_get_eperm(nbd, "");
     assert!(d.stop().success());
 }
@@ -190,6 +198,67 @@ fn raw_writes_get_eperm(addr: SocketAddr, name: &str) {
     let (error, data) = reply(&mut s, 4096);
     assert!(error == 0 && data.iter().all(|&b| b == 0), "the bytes changed");
     s.write_all(&Request::new(Cmd::Disc, 5, 0, 0).encode()).unwrap();
+}
+
+/// --nbd-unix alone: nbdcopy writes a named export and reads it back,
+/// nbdinfo sees the default one; the file is a 0660 socket, and is gone
+/// after SIGTERM.
+#[test]
+fn nbd_unix_serves_and_its_file_goes_on_a_clean_stop() {
+    require_tool("nbdcopy", "libnbd-bin");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nbd.sock");
+    let args = ["--nbd-unix", socket.to_str().unwrap(), "--export", "a=4M", "--export", "b=8M"];
+    let d = Daemon::start(&args, || socket.exists());
+    let meta = std::fs::symlink_metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    copy_and_read_back(dir.path(), &format!("nbd+unix:///b?socket={}", socket.display()));
+    let uri = format!("nbd+unix:///?socket={}", socket.display());
+    let size = must(Command::new("nbdinfo").arg("--size").arg(uri));
+    assert_eq!(size.trim(), (4 << 20).to_string(), "the default export is the first");
+    assert!(d.stop().success());
+    assert!(!socket.exists(), "the socket file is removed on a clean stop");
+}
+
+/// 3 MiB of a pattern written with nbdcopy comes back the same.
+fn copy_and_read_back(dir: &Path, uri: &str) {
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
+    let src = dir.join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    must(Command::new("nbdcopy").arg(&src).arg(uri));
+    let back = dir.join("back.bin");
+    must(Command::new("nbdcopy").arg(uri).arg(&back));
+    let back = std::fs::read(&back).unwrap();
+    assert!(back[..data.len()] == data[..], "bytes read back from {uri} differ");
+}
+
+/// A socket file left by a crashed run (nobody listens) is replaced.
+#[test]
+fn a_stale_socket_is_replaced() {
+    require_tool("nbdcopy", "libnbd-bin");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nbd.sock");
+    drop(UnixListener::bind(&socket).unwrap());
+    assert!(socket.exists(), "a dropped listener leaves its file, as a crash does");
+    let args = ["--nbd-unix", socket.to_str().unwrap()];
+    let d = Daemon::start(&args, || std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    copy_and_read_back(dir.path(), &format!("nbd+unix:///?socket={}", socket.display()));
+    assert!(d.stop().success());
+}
+
+#[test]
+fn a_path_in_use_or_not_a_socket_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, "precious").unwrap();
+    let err = refusal(&["--nbd-unix", file.to_str().unwrap()]);
+    assert!(err.contains("plain-file") && err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious", "the file is left alone");
+    let live = dir.path().join("live.sock");
+    let _listening = UnixListener::bind(&live).unwrap();
+    let err = refusal(&["--nbd-unix", live.to_str().unwrap()]);
+    assert!(err.contains("live.sock") && err.contains("already listens"), "{err}");
 }
 
 #[test]

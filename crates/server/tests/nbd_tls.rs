@@ -336,3 +336,40 @@ fn a_bad_key_file_is_named_with_the_reason() {
     let e = Tls::from_pem_files(&r.join("server-cert.pem"), &empty, None).unwrap_err();
     assert!(e.to_string().contains("empty-key.pem: no PEM private key"), "{e}");
 }
+
+/// TLS is required on the Unix listener too, and works there for both
+/// transmission paths: nbdcopy writes and reads back a RAM export (served
+/// on the connection thread) and a slow one (through the relay thread).
+#[test]
+fn tls_serves_the_unix_socket_too() {
+    require_tool("nbdcopy", "libnbd-bin");
+    let pki = pki();
+    let r = &pki.root;
+    let tls = Tls::from_pem_files(
+        &r.join("server-cert.pem"),
+        &r.join("server-key.pem"),
+        Some(&r.join("good-ca-cert.pem")),
+    )
+    .unwrap();
+    let cfg = NbdConfig { tls: Some(tls), ..NbdConfig::default() };
+    let socket = r.join("nbd.sock");
+    let slow = slow_store(1024, std::time::Duration::from_millis(1));
+    let exports = vec![Export::new("mem", ram(1024)), Export::new("slow", slow)];
+    let srv = TestServer::start_with_unix(exports, cfg, &socket);
+    let uri = |name: &str| {
+        let (s, c) = (socket.display(), pki.good.display());
+        format!("nbds+unix:///{name}?socket={s}&tls-certificates={c}&tls-hostname=localhost")
+    };
+    let data = pattern(11, 2 << 20);
+    let src = r.join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    for (i, name) in ["mem", "slow"].into_iter().enumerate() {
+        must(Command::new("nbdcopy").arg(&src).arg(uri(name)));
+        assert!(srv.store_bytes(i, 0, data.len()) == data, "{name}: the store holds other bytes");
+        let back = r.join(format!("{name}-back.bin"));
+        must(Command::new("nbdcopy").arg(uri(name)).arg(&back));
+        assert!(std::fs::read(&back).unwrap()[..data.len()] == data[..], "{name}: differs");
+    }
+    let plain = format!("nbd+unix:///mem?socket={}", socket.display());
+    assert!(!output(Command::new("nbdinfo").arg(plain)).status.success(), "plain got in");
+}

@@ -4,6 +4,7 @@
 //! abort; the option haggling then goes on inside TLS, and so does
 //! transmission (`tls_pump.rs`).
 
+use super::socket::{Socket, SocketIo};
 use rustls::crypto::aws_lc_rs::sign::RsaSigningKey;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
@@ -13,7 +14,6 @@ use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{RootCertStore, ServerConfig, ServerConnection};
 use std::fmt;
 use std::io;
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -62,11 +62,11 @@ impl Tls {
         self.verifies_clients
     }
 
-    /// Run the server side of the TLS handshake on `tcp`, right after the
+    /// Run the server side of the TLS handshake on `socket`, right after the
     /// STARTTLS acknowledgement. Blocking, within the socket's timeouts.
-    pub(crate) fn accept(&self, tcp: &TcpStream) -> io::Result<ServerConnection> {
+    pub(crate) fn accept<S: Socket>(&self, socket: &S) -> io::Result<ServerConnection> {
         let mut conn = ServerConnection::new(Arc::clone(&self.config)).map_err(io::Error::other)?;
-        let mut io = tcp;
+        let mut io = SocketIo(socket);
         // Each pass moves at least one record or fails; a handshake is a
         // handful of records, and the socket timeouts bound a stalled peer.
         while conn.is_handshaking() {
