@@ -5,7 +5,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(
-  build-essential pkg-config libclang-dev   # Rust crates with C parts
+  build-essential pkg-config libclang-dev   # Rust crates with C parts (ring, aws-lc-sys: cc, no cmake)
   fio nbdkit libnbd-bin qemu-utils          # real NBD peers and clients
   openssl                                   # certificates for the NBD TLS tests
   python3 python3-matplotlib python3-numpy  # benchmark tables and plots

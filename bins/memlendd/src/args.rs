@@ -38,6 +38,19 @@ pub struct Args {
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<SocketAddr>,
 
+    /// Also (or only) serve the NBD exports on a Unix socket at PATH, made
+    /// mode 0660: the file's owner and group are who may connect, as
+    /// --nbd-allow does not apply there. A stale socket left by a crash is
+    /// replaced; the file is removed on a clean stop.
+    #[arg(long, value_name = "PATH")]
+    pub nbd_unix: Option<PathBuf>,
+
+    /// Serve every NBD export read-only: clients are told so, and writes,
+    /// trims and write-zeroes fail with EPERM. One export alone: --export
+    /// NAME=SIZE,ro.
+    #[arg(long)]
+    pub nbd_read_only: bool,
+
     /// Require TLS (NBD STARTTLS) of every NBD client, showing this
     /// certificate chain (PEM). Needs --nbd-tls-key.
     #[arg(long, value_name = "FILE", requires = "nbd_tls_key")]
@@ -59,10 +72,11 @@ pub struct Args {
     pub nbd_allow: Vec<memlend_server::nbd::Cidr>,
 
     /// An NBD export `NAME=SIZE`, carved out of --lend; repeatable. The first
-    /// one is also served for the empty name. Default with --nbd: one export
-    /// `memlend` of the whole --lend.
-    #[arg(long = "export", value_name = "NAME=SIZE", value_parser = parse_export)]
-    pub exports: Vec<(String, u64)>,
+    /// one is also served for the empty name. `NAME=SIZE,ro` serves it
+    /// read-only. Default with --nbd or --nbd-unix: one export `memlend` of
+    /// the whole --lend.
+    #[arg(long = "export", value_name = "NAME=SIZE[,ro]", value_parser = parse_export)]
+    pub exports: Vec<ExportArg>,
 
     /// The cluster key file (make one with `memlend keygen`).
     #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
@@ -181,10 +195,40 @@ pub struct ClusterArgs {
     pub timeline: Option<PathBuf>,
 }
 
-fn parse_export(text: &str) -> Result<(String, u64), String> {
-    let (name, size) = text.split_once('=').ok_or("an export is NAME=SIZE")?;
+/// One `--export`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportArg {
+    pub name: String,
+    pub pages: u64,
+    pub read_only: bool,
+}
+
+fn parse_export(text: &str) -> Result<ExportArg, String> {
+    let (name, rest) = text.split_once('=').ok_or("an export is NAME=SIZE or NAME=SIZE,ro")?;
     if name.len() > 4096 {
         return Err("an export name is at most 4096 bytes".into());
     }
-    Ok((name.to_string(), memlend_node::size::parse_pages(size)?))
+    let (size, read_only) = match rest.split_once(',') {
+        None => (rest, false),
+        Some((size, "ro")) => (size, true),
+        Some((_, other)) => return Err(format!("unknown export option `{other}` (only `ro`)")),
+    };
+    let pages = memlend_node::size::parse_pages(size)?;
+    Ok(ExportArg { name: name.to_string(), pages, read_only })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_parse_with_and_without_ro() {
+        let a = parse_export("a=1M").unwrap();
+        assert_eq!(a, ExportArg { name: "a".into(), pages: 256, read_only: false });
+        let b = parse_export("b,c=8K,ro").unwrap();
+        assert_eq!(b, ExportArg { name: "b,c".into(), pages: 2, read_only: true });
+        assert!(parse_export("a=1M,rw").unwrap_err().contains("`rw`"));
+        assert!(parse_export("a").is_err());
+        assert!(parse_export("a=,ro").is_err());
+    }
 }

@@ -162,6 +162,22 @@ mod tests {
     }
 
     #[test]
+    fn the_nbd_unix_and_read_only_keys_become_their_flags() {
+        let text = "nbd_unix = \"/run/memlend/nbd.sock\"\nnbd-read-only = true\n\
+                    export = [\"a=1G,ro\", \"b=1G\"]\n";
+        let got = flags(text, &[]).unwrap();
+        let want = [
+            "--export=a=1G,ro",
+            "--export=b=1G",
+            "--nbd-read-only",
+            "--nbd-unix=/run/memlend/nbd.sock",
+        ];
+        assert_eq!(got, want, "in key order");
+        assert!(error("export = \"a=1G,rw\"\n").contains("unknown export option `rw`"));
+        assert!(error("nbd_read_only = \"yes\"\n").contains("expected true or false"));
+    }
+
+    #[test]
     fn the_command_line_wins_over_the_file() {
         let text = "lend = \"2G\"\nexport = [\"a=1G\"]\nlisten = \"0.0.0.0:7070\"\n";
         let got = flags(text, &["--export", "b=1G", "--lend", "1G"]).unwrap();

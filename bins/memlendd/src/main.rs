@@ -1,7 +1,8 @@
 //! `memlendd`: the memlend node daemon.
 //!
-//! It lends RAM over the page protocol (`--lend`) and, with `--nbd`, as NBD
-//! exports carved out of the same budget (`run.rs`). With `--cluster` it also
+//! It lends RAM over the page protocol (`--lend`) and, with `--nbd` or
+//! `--nbd-unix` (`nbd_unix.rs`), as NBD exports carved out of the same
+//! budget (`run.rs`). With `--cluster` it also
 //! runs the ACMS control plane (`cluster/`): it classifies the node, offers,
 //! grants and reclaims leases, and serves the local API socket for
 //! `memlend run --pool` and `memlend status`. Settings come from the flags
@@ -10,6 +11,7 @@
 mod args;
 mod cluster;
 mod config;
+mod nbd_unix;
 mod run;
 
 use clap::{CommandFactory, FromArgMatches};

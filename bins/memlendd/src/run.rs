@@ -1,4 +1,5 @@
-use crate::args::Args;
+use crate::args::{Args, ExportArg};
+use crate::nbd_unix::{self, SocketFile};
 use anyhow::{bail, Context, Result};
 use memlend_node::{keyfile, meminfo, size::human};
 use memlend_server::lifecycle::Shutdown;
@@ -31,7 +32,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let ram = RamOptions { prealloc: args.prealloc, mlock: args.mlock };
     let exports = nbd_exports(&args, lend_pages)?;
-    let export_pages: u64 = exports.iter().map(|(_, p)| p).sum();
+    let export_pages: u64 = exports.iter().map(|e| e.pages).sum();
     if export_pages > lend_pages {
         bail!(
             "the exports need {} but --lend is {}",
@@ -77,8 +78,12 @@ pub fn run(args: Args) -> Result<()> {
         let (server, shutdown) = (Arc::clone(&server), shutdown.clone());
         move || server.serve(listener, shutdown)
     })?];
-    if let Some(addr) = args.nbd {
-        threads.push(crate::run::start_nbd(addr, &exports, ram, &args, shutdown.clone())?);
+    // Removes the NBD socket file when `run` returns, after the threads.
+    let mut _nbd_socket = None;
+    if !exports.is_empty() {
+        let (thread, socket) = start_nbd(&exports, ram, &args, shutdown.clone())?;
+        threads.push(thread);
+        _nbd_socket = socket;
     }
     if args.cluster.enabled {
         let ip = args.cluster.advertise.unwrap_or(data_addr.ip());
@@ -140,17 +145,22 @@ fn load_key(args: &Args) -> Result<Option<memlend_wire::page::Key>> {
     }
 }
 
-fn nbd_exports(args: &Args, lend_pages: u64) -> Result<Vec<(String, u64)>> {
-    if args.nbd.is_none() {
-        if !args.exports.is_empty() {
-            bail!("--export needs --nbd ADDR");
+/// The exports to serve: none without an NBD listener.
+fn nbd_exports(args: &Args, lend_pages: u64) -> Result<Vec<ExportArg>> {
+    if args.nbd.is_none() && args.nbd_unix.is_none() {
+        if !args.exports.is_empty() || args.nbd_read_only {
+            bail!("--export and --nbd-read-only need --nbd ADDR or --nbd-unix PATH");
         }
         return Ok(Vec::new());
     }
-    if args.exports.is_empty() {
-        return Ok(vec![("memlend".to_string(), lend_pages)]);
+    let mut exports = args.exports.clone();
+    if exports.is_empty() {
+        exports.push(ExportArg { name: "memlend".into(), pages: lend_pages, read_only: false });
     }
-    Ok(args.exports.clone())
+    for e in &mut exports {
+        e.read_only |= args.nbd_read_only;
+    }
+    Ok(exports)
 }
 
 fn spawn(
@@ -188,25 +198,25 @@ fn nbd_tls(args: &Args) -> Result<Option<nbd::Tls>> {
     Ok(Some(nbd::Tls::from_pem_files(cert, key, ca)?))
 }
 
-/// Serve the NBD exports, each a RAM store carved out of the lent budget.
-pub fn start_nbd(
-    addr: std::net::SocketAddr,
-    exports: &[(String, u64)],
+/// Serve the NBD exports, each a RAM store carved out of the lent budget,
+/// on --nbd and --nbd-unix. The socket file goes when the returned guard
+/// is dropped.
+fn start_nbd(
+    exports: &[ExportArg],
     ram: RamOptions,
     args: &Args,
     shutdown: Shutdown,
-) -> Result<JoinHandle<()>> {
+) -> Result<(JoinHandle<()>, Option<SocketFile>)> {
     let mut list = Vec::new();
-    for (name, pages) in exports {
-        let store: Arc<dyn PageStore> = Arc::new(RamStore::new(*pages, ram)?);
-        let about = format!("memlend RAM export of {}", human(pages * PAGE_SIZE as u64));
-        list.push(nbd::Export::new(name.clone(), store).description(about));
+    for e in exports {
+        let store: Arc<dyn PageStore> = Arc::new(RamStore::new(e.pages, ram)?);
+        let about = format!("memlend RAM export of {}", human(e.pages * PAGE_SIZE as u64));
+        list.push(
+            nbd::Export::new(e.name.clone(), store).description(about).read_only(e.read_only),
+        );
     }
     let tls = nbd_tls(args)?;
     let clients_verified = tls.as_ref().is_some_and(|t| t.verifies_clients());
-    if !addr.ip().is_loopback() && args.nbd_allow.is_empty() && !clients_verified {
-        bail!("--nbd {addr} is off loopback and plain NBD has no authentication: name the clients with --nbd-allow CIDR, or require client certificates with --nbd-tls-client-ca");
-    }
     let cfg = nbd::NbdConfig {
         max_connections: args.max_nbd_connections,
         spin_before_sleep_us: args.nbd_spin_us,
@@ -214,8 +224,25 @@ pub fn start_nbd(
         tls,
         ..Default::default()
     };
-    let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-    let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
-    tracing::info!(nbd = %listener.local_addr()?, exports = ?names, "serving NBD");
-    spawn("nbd-accept", move || nbd::serve(listener, list, cfg, shutdown))
+    let mut listeners = Vec::new();
+    if let Some(addr) = args.nbd {
+        if !addr.ip().is_loopback() && args.nbd_allow.is_empty() && !clients_verified {
+            bail!("--nbd {addr} is off loopback and plain NBD has no authentication: name the clients with --nbd-allow CIDR, or require client certificates with --nbd-tls-client-ca");
+        }
+        let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        tracing::info!(nbd = %l.local_addr()?, "serving NBD over TCP");
+        listeners.push(nbd::Listener::Tcp(l));
+    }
+    let mut socket = None;
+    if let Some(path) = &args.nbd_unix {
+        let (l, file) = nbd_unix::bind(path)?;
+        tracing::info!(nbd_unix = %path.display(), mode = format!("{:o}", nbd_unix::SOCKET_MODE),
+            "serving NBD on a Unix socket (its file mode is the access control)");
+        listeners.push(nbd::Listener::Unix(l));
+        socket = Some(file);
+    }
+    let names: Vec<_> = exports.iter().map(|e| (e.name.as_str(), e.read_only)).collect();
+    tracing::info!(exports = ?names, "NBD exports (name, read-only)");
+    let thread = spawn("nbd", move || nbd::serve_all(listeners, list, cfg, shutdown))?;
+    Ok((thread, socket))
 }

@@ -4,6 +4,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown as NetShutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -23,7 +24,30 @@ pub struct Shutdown {
 struct ShutdownInner {
     stopping: AtomicBool,
     next_id: AtomicU64,
-    conns: Mutex<HashMap<u64, TcpStream>>,
+    conns: Mutex<HashMap<u64, Tracked>>,
+}
+
+/// A tracked connection's socket, kept to shut it down on stop.
+enum Tracked {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// A connection socket `Shutdown` can track.
+trait TrackedSocket {
+    fn tracked(&self) -> io::Result<Tracked>;
+}
+
+impl TrackedSocket for TcpStream {
+    fn tracked(&self) -> io::Result<Tracked> {
+        self.try_clone().map(Tracked::Tcp)
+    }
+}
+
+impl TrackedSocket for UnixStream {
+    fn tracked(&self) -> io::Result<Tracked> {
+        self.try_clone().map(Tracked::Unix)
+    }
 }
 
 impl Shutdown {
@@ -39,7 +63,10 @@ impl Shutdown {
     pub fn stop(&self) {
         self.inner.stopping.store(true, Ordering::Release);
         for (_, s) in self.inner.conns.lock().drain() {
-            let _ = s.shutdown(NetShutdown::Both);
+            let _ = match s {
+                Tracked::Tcp(s) => s.shutdown(NetShutdown::Both),
+                Tracked::Unix(s) => s.shutdown(NetShutdown::Both),
+            };
         }
     }
 
@@ -48,13 +75,13 @@ impl Shutdown {
         self.inner.conns.lock().len()
     }
 
-    fn track(&self, stream: &TcpStream, limit: usize) -> io::Result<Option<ConnGuard>> {
+    fn track(&self, stream: &impl TrackedSocket, limit: usize) -> io::Result<Option<ConnGuard>> {
         let mut conns = self.inner.conns.lock();
         if conns.len() >= limit {
             return Ok(None);
         }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        conns.insert(id, stream.try_clone()?);
+        conns.insert(id, stream.tracked()?);
         Ok(Some(ConnGuard { shutdown: self.clone(), id }))
     }
 }
@@ -98,28 +125,74 @@ where
             if let Err(e) = memlend_net::set_liveness(&stream, &memlend_net::Liveness::default()) {
                 tracing::warn!(server = what, %peer, error = %e, "cannot set TCP keepalive");
             }
-            let guard = match shutdown.track(&stream, max_connections) {
-                Ok(Some(g)) => g,
-                Ok(None) => {
-                    tracing::warn!(server = what, %peer, max_connections, "connection refused: limit reached");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(server = what, %peer, error = %e, "connection dropped");
-                    return;
-                }
-            };
             let serve = Arc::clone(&serve);
-            let spawned = thread::Builder::new().name(format!("{what}-{peer}")).spawn(move || {
-                let _guard = guard;
-                serve(stream, peer);
-            });
-            if let Err(e) = spawned {
-                tracing::warn!(server = what, %peer, error = %e, "cannot start connection thread");
-            }
+            let label = peer.to_string();
+            start_tracked(what, &shutdown, max_connections, stream, label, move |s| serve(s, peer));
         },
     );
     Ok(())
+}
+
+/// `accept_loop` for a Unix socket: the same limit and stop, no address
+/// (clients are told apart by the connection number in thread names).
+pub fn accept_loop_unix<F>(
+    what: &'static str,
+    listener: UnixListener,
+    shutdown: Shutdown,
+    max_connections: usize,
+    serve: F,
+) -> io::Result<()>
+where
+    F: Fn(UnixStream) + Send + Sync + 'static,
+{
+    listener.set_nonblocking(true)?;
+    let serve = Arc::new(serve);
+    let mut accepted = 0u64;
+    poll_accept(
+        what,
+        &shutdown,
+        || listener.accept(),
+        |(stream, _)| {
+            if stream.set_nonblocking(false).is_err() {
+                return;
+            }
+            accepted += 1;
+            let serve = Arc::clone(&serve);
+            let label = format!("unix#{accepted}");
+            start_tracked(what, &shutdown, max_connections, stream, label, move |s| serve(s));
+        },
+    );
+    Ok(())
+}
+
+/// Track `stream` within `max_connections` and serve it on its own thread,
+/// or close it with a logged reason.
+fn start_tracked<S: TrackedSocket + Send + 'static>(
+    what: &'static str,
+    shutdown: &Shutdown,
+    max_connections: usize,
+    stream: S,
+    label: String,
+    serve: impl FnOnce(S) + Send + 'static,
+) {
+    let guard = match shutdown.track(&stream, max_connections) {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            tracing::warn!(server = what, peer = %label, max_connections, "connection refused: limit reached");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(server = what, peer = %label, error = %e, "connection dropped");
+            return;
+        }
+    };
+    let spawned = thread::Builder::new().name(format!("{what}-{label}")).spawn(move || {
+        let _guard = guard;
+        serve(stream);
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(server = what, peer = %label, error = %e, "cannot start connection thread");
+    }
 }
 
 /// Run `accept` (on a nonblocking listener) until `shutdown` stops, handing

@@ -4,19 +4,22 @@
 
 use super::error::ConnError;
 use super::handshake::{haggle, negotiate, Haggle, Negotiated};
+use super::peer::Peer;
 use super::server::Server;
 use super::session::Session;
+use super::socket::{Socket, SocketIo};
 use super::tls_pump;
 use super::tls_wire::TlsWire;
 use super::transmission::{serve_inline, End};
-use super::wire::Wire;
+use super::wire::{Relayed, Wire};
 use super::workers::serve_pooled;
-use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::thread;
 use std::time::Duration;
 
-pub(crate) fn handle(stream: TcpStream, peer: SocketAddr, server: &Server) {
+/// Serve one client on `stream`, a TCP or Unix socket whose `Wire` serves
+/// transmission in the clear.
+pub(crate) fn handle<S: Socket + Wire>(stream: S, peer: Peer, server: &Server) {
     match serve(&stream, peer, server) {
         Ok(None) => tracing::debug!(%peer, "nbd client aborted negotiation"),
         Ok(Some(End::Disconnected)) => tracing::debug!(%peer, "nbd client disconnected"),
@@ -30,20 +33,22 @@ pub(crate) fn handle(stream: TcpStream, peer: SocketAddr, server: &Server) {
     }
 }
 
-fn serve(stream: &TcpStream, peer: SocketAddr, server: &Server) -> Result<Option<End>, ConnError> {
+fn serve<S: Socket + Wire>(
+    stream: &S,
+    peer: Peer,
+    server: &Server,
+) -> Result<Option<End>, ConnError> {
     let timeout = (server.cfg.handshake_timeout_ms > 0)
         .then(|| Duration::from_millis(server.cfg.handshake_timeout_ms));
-    stream.set_read_timeout(timeout)?;
-    stream.set_write_timeout(timeout)?;
+    stream.set_timeouts(timeout)?;
     let in_handshake = |e: ConnError| e.in_handshake(server.cfg.handshake_timeout_ms);
-    let session = match negotiate(&mut { stream }, server, peer).map_err(in_handshake)? {
+    let session = match negotiate(&mut SocketIo(stream), server, peer).map_err(in_handshake)? {
         Negotiated::Aborted => return Ok(None),
         Negotiated::Transmit(s) => s,
         Negotiated::StartTls(h) => return serve_tls(stream, peer, server, h),
     };
     // Transmission may idle for as long as the client likes.
-    stream.set_read_timeout(None)?;
-    stream.set_write_timeout(None)?;
+    stream.set_timeouts(None)?;
     transmit(stream, &session, server, false).map(Some)
 }
 
@@ -51,27 +56,27 @@ fn serve(stream: &TcpStream, peer: SocketAddr, server: &Server) -> Result<Option
 /// then transmission: on this thread through the session for a fast store
 /// (`tls_wire.rs`), through the relay thread for the worker pool
 /// (`tls_pump.rs`).
-fn serve_tls(
-    stream: &TcpStream,
-    peer: SocketAddr,
+fn serve_tls<S: Socket>(
+    stream: &S,
+    peer: Peer,
     server: &Server,
     h: Haggle,
 ) -> Result<Option<End>, ConnError> {
     let in_handshake = |e: ConnError| e.in_handshake(server.cfg.handshake_timeout_ms);
     let tls = server.cfg.tls.as_ref().expect("STARTTLS is acknowledged only with TLS on");
     let mut conn = tls.accept(stream).map_err(|e| in_handshake(e.into()))?;
-    let negotiated = haggle(&mut rustls::Stream::new(&mut conn, &mut { stream }), server, peer, h);
+    let mut io = SocketIo(stream);
+    let negotiated = haggle(&mut rustls::Stream::new(&mut conn, &mut io), server, peer, h);
     let session = match negotiated.map_err(in_handshake)? {
         Negotiated::Transmit(s) => s,
         Negotiated::Aborted => {
             conn.send_close_notify();
-            let _ = conn.write_tls(&mut { stream });
+            let _ = conn.write_tls(&mut io);
             return Ok(None);
         }
         Negotiated::StartTls(_) => unreachable!("a second STARTTLS is refused"),
     };
-    stream.set_read_timeout(None)?;
-    stream.set_write_timeout(None)?;
+    stream.set_timeouts(None)?;
     if session.export.caps.fast {
         let wire = TlsWire::new(conn, stream.try_clone()?)?;
         let end = transmit(&wire, &session, server, true);
@@ -79,6 +84,7 @@ fn serve_tls(
         return end.map(Some);
     }
     let (plain, relayed) = UnixStream::pair()?;
+    let plain = Relayed(plain);
     let client = stream.try_clone()?;
     let pump = thread::Builder::new()
         .name("nbd-tls".into())

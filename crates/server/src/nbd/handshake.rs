@@ -6,6 +6,7 @@
 use super::error::ConnError;
 use super::export::ExportState;
 use super::meta_context;
+use super::peer::Peer;
 use super::server::Server;
 use super::session::Session;
 use memlend_wire::nbd::{
@@ -16,7 +17,6 @@ use memlend_wire::nbd::{
 };
 use memlend_wire::nbd::{OptHeader, CLIENT_FLAGS_LEN, OPT_HEADER_LEN};
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Bytes thrown away per `read` when skipping oversize option data.
@@ -52,7 +52,7 @@ struct State {
 pub(crate) fn negotiate<S: Read + Write>(
     io: &mut S,
     server: &Server,
-    peer: SocketAddr,
+    peer: Peer,
 ) -> Result<Negotiated, ConnError> {
     let flags = handshake_flags::FIXED_NEWSTYLE | handshake_flags::NO_ZEROES;
     io.write_all(&Greeting { handshake_flags: flags }.encode())?;
@@ -70,7 +70,7 @@ pub(crate) fn negotiate<S: Read + Write>(
 pub(crate) fn haggle<S: Read + Write>(
     io: &mut S,
     server: &Server,
-    peer: SocketAddr,
+    peer: Peer,
     mut h: Haggle,
 ) -> Result<Negotiated, ConnError> {
     let mut st = State { flags: h.flags, structured: false, tls: h.tls, meta: None };
@@ -94,7 +94,7 @@ fn one_option<S: Read + Write>(
     server: &Server,
     st: &mut State,
     h: OptHeader,
-    peer: SocketAddr,
+    peer: Peer,
 ) -> Result<Option<Negotiated>, ConnError> {
     if !st.flags.fixed_newstyle && h.option != opt::EXPORT_NAME {
         return Err(ConnError::NotFixedNewstyle(h.option));
@@ -132,7 +132,7 @@ fn answer(
     st: &mut State,
     option: u32,
     data: &[u8],
-    peer: SocketAddr,
+    peer: Peer,
 ) -> Result<Option<Negotiated>, ConnError> {
     if server.shutdown.is_stopping() && option != opt::ABORT {
         encode_opt_reply(out, option, rep::ERR_SHUTDOWN, b"server is shutting down");
@@ -197,7 +197,7 @@ fn export_name(
     server: &Server,
     st: &State,
     name: &[u8],
-    peer: SocketAddr,
+    peer: Peer,
 ) -> Result<Negotiated, ConnError> {
     let unknown = || ConnError::UnknownExport(String::from_utf8_lossy(name).into_owned());
     let export = server.find(name).ok_or_else(unknown)?;
@@ -209,12 +209,7 @@ fn export_name(
 /// Enter transmission on `export`, with block status if `base:allocation`
 /// was selected for this very export (a selection belongs to the export
 /// SET_META_CONTEXT named).
-fn transmit(
-    server: &Server,
-    st: &State,
-    export: &Arc<ExportState>,
-    peer: SocketAddr,
-) -> Negotiated {
+fn transmit(server: &Server, st: &State, export: &Arc<ExportState>, peer: Peer) -> Negotiated {
     let block_status = st.meta.as_ref().is_some_and(|m| Arc::ptr_eq(m, export));
     let session = Session::new(Arc::clone(export), st.structured, block_status, peer, &server.cfg);
     Negotiated::Transmit(session)
@@ -238,7 +233,7 @@ fn info_or_go(
     st: &State,
     option: u32,
     data: &[u8],
-    peer: SocketAddr,
+    peer: Peer,
 ) -> Option<Negotiated> {
     let req = match InfoRequest::decode(data) {
         Ok(r) => r,

@@ -3,8 +3,8 @@
 
 use super::config::NbdConfig;
 use super::export::ExportState;
+use super::peer::Peer;
 use memlend_wire::nbd::{cmd_flags, Command, Errno, Request};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// What the handshake settled for one connection.
@@ -13,7 +13,7 @@ pub(crate) struct Session {
     pub structured: bool,
     /// `base:allocation` was selected for this export: BLOCK_STATUS works.
     pub block_status: bool,
-    pub peer: SocketAddr,
+    pub peer: Peer,
     pub max_request_bytes: u32,
     pub min_block_bytes: u32,
 }
@@ -47,7 +47,7 @@ impl Session {
         export: Arc<ExportState>,
         structured: bool,
         block_status: bool,
-        peer: SocketAddr,
+        peer: Peer,
         cfg: &NbdConfig,
     ) -> Self {
         let (max_request_bytes, min_block_bytes) = (cfg.max_request_bytes, cfg.min_block_bytes);

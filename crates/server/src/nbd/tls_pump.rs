@@ -5,9 +5,10 @@
 //! several threads; the relay keeps that code unchanged at the price of a
 //! copy each way.
 
+use super::socket::{Socket, SocketIo};
 use rustls::ServerConnection;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
@@ -22,9 +23,9 @@ const TLS_BUFFER_LIMIT_BYTES: usize = 1 << 20;
 /// lost wakeup.
 const POLL_TIMEOUT_MS: i32 = 1000;
 
-struct Relay {
+struct Relay<S: Socket> {
     conn: ServerConnection,
-    tcp: TcpStream,
+    tcp: S,
     plain: UnixStream,
     /// Decrypted from the client, not yet taken by the plain side.
     to_plain: Vec<u8>,
@@ -37,7 +38,11 @@ struct Relay {
 
 /// Relay until either side is done; the plain side ends when it closes
 /// its end, the client with close_notify, end of stream or an error.
-pub(crate) fn relay(conn: ServerConnection, tcp: TcpStream, plain: UnixStream) -> io::Result<()> {
+pub(crate) fn relay<S: Socket>(
+    conn: ServerConnection,
+    tcp: S,
+    plain: UnixStream,
+) -> io::Result<()> {
     tcp.set_nonblocking(true)?;
     plain.set_nonblocking(true)?;
     let mut r = Relay {
@@ -57,7 +62,7 @@ pub(crate) fn relay(conn: ServerConnection, tcp: TcpStream, plain: UnixStream) -
     result
 }
 
-impl Relay {
+impl<S: Socket> Relay<S> {
     /// Each pass moves bytes or sleeps in poll until one side is ready.
     fn run(&mut self) -> io::Result<()> {
         loop {
@@ -116,7 +121,7 @@ impl Relay {
     /// Send what rustls holds encrypted, as far as the socket takes it.
     fn flush_tls(&mut self) -> io::Result<()> {
         while self.conn.wants_write() {
-            match self.conn.write_tls(&mut self.tcp) {
+            match self.conn.write_tls(&mut SocketIo(&self.tcp)) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
@@ -126,12 +131,12 @@ impl Relay {
     }
 
     fn read_client(&mut self) -> io::Result<()> {
-        match self.conn.read_tls(&mut self.tcp) {
+        match self.conn.read_tls(&mut SocketIo(&self.tcp)) {
             Ok(0) => self.client_done = true,
             Ok(_) => {
                 if let Err(e) = self.conn.process_new_packets() {
                     // Send the alert rustls queued, then give up.
-                    let _ = self.conn.write_tls(&mut self.tcp);
+                    let _ = self.conn.write_tls(&mut SocketIo(&self.tcp));
                     return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                 }
             }

@@ -4,37 +4,38 @@
 //! worker pool, whose threads write replies at once). The mutex is never
 //! contended; it is there because `Wire` is shared by reference.
 
+use super::socket::{Socket, SocketIo};
 use super::wire::Wire;
 use parking_lot::Mutex;
 use rustls::ServerConnection;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 
 /// Plaintext encrypted and sent at a time.
 const WRITE_CHUNK_BYTES: usize = 1 << 20;
 
-pub(crate) struct TlsWire {
-    session: Mutex<Session>,
+pub(crate) struct TlsWire<S: Socket> {
+    session: Mutex<Session<S>>,
     /// The same socket, to shut down without the session's lock.
-    shut: TcpStream,
+    shut: S,
 }
 
-struct Session {
+struct Session<S: Socket> {
     conn: ServerConnection,
-    tcp: TcpStream,
+    tcp: S,
 }
 
 /// A receive that never blocks, for `read_tls`.
-struct NoWait<'a>(&'a TcpStream);
+struct NoWait<'a, S: Socket>(&'a S);
 
-impl Read for NoWait<'_> {
+impl<S: Socket> Read for NoWait<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         memlend_net::recv_nowait(self.0, buf)?.ok_or_else(|| io::ErrorKind::WouldBlock.into())
     }
 }
 
-impl TlsWire {
-    pub(crate) fn new(mut conn: ServerConnection, tcp: TcpStream) -> io::Result<TlsWire> {
+impl<S: Socket> TlsWire<S> {
+    pub(crate) fn new(mut conn: ServerConnection, tcp: S) -> io::Result<TlsWire<S>> {
         let shut = tcp.try_clone()?;
         // Bounded by WRITE_CHUNK_BYTES instead: each chunk is sent before
         // the next is taken.
@@ -50,7 +51,7 @@ impl TlsWire {
     }
 }
 
-impl Session {
+impl<S: Socket> Session<S> {
     /// Plaintext rustls already holds: None if it has none yet.
     fn plaintext(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match self.conn.reader().read(buf) {
@@ -64,13 +65,13 @@ impl Session {
     /// or not, and decrypt it.
     fn feed(&mut self, wait: bool) -> io::Result<usize> {
         let n = if wait {
-            self.conn.read_tls(&mut &self.tcp)?
+            self.conn.read_tls(&mut SocketIo(&self.tcp))?
         } else {
             self.conn.read_tls(&mut NoWait(&self.tcp))?
         };
         if let Err(e) = self.conn.process_new_packets() {
             // Send the alert rustls queued, then give up.
-            let _ = self.conn.write_tls(&mut self.tcp);
+            let _ = self.conn.write_tls(&mut SocketIo(&self.tcp));
             return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
         Ok(n)
@@ -78,13 +79,13 @@ impl Session {
 
     fn flush(&mut self) -> io::Result<()> {
         while self.conn.wants_write() {
-            self.conn.write_tls(&mut self.tcp)?;
+            self.conn.write_tls(&mut SocketIo(&self.tcp))?;
         }
         Ok(())
     }
 }
 
-impl Wire for TlsWire {
+impl<S: Socket> Wire for TlsWire<S> {
     const SPIN: bool = true;
 
     fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {

@@ -1,5 +1,5 @@
 //! The byte stream a connection is served over in transmission: the
-//! client's TCP socket; with TLS on a fast store the TLS session itself
+//! client's TCP or Unix socket; with TLS on a fast store the TLS session itself
 //! (`tls_wire.rs`); with TLS on a slow store the plain end of a socket pair
 //! whose other end `tls_pump.rs` relays through the TLS session.
 
@@ -26,36 +26,45 @@ pub(crate) trait Wire: Sync {
     fn shutdown_both(&self);
 }
 
+/// The plain end of the TLS relay's socket pair (`tls_pump.rs`).
+pub(crate) struct Relayed(pub UnixStream);
+
 macro_rules! socket_wire {
-    ($t:ty, $spin:expr) => {
+    ($t:ty, $spin:expr, |$w:ident| $sock:expr) => {
         impl Wire for $t {
             const SPIN: bool = $spin;
 
             fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
-                (&mut &*self).read(buf)
+                let $w = self;
+                (&mut &*$sock).read(buf)
             }
 
             fn read_nowait(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-                memlend_net::recv_nowait(self, buf)
+                let $w = self;
+                memlend_net::recv_nowait($sock, buf)
             }
 
             fn read_full(&self, buf: &mut [u8]) -> io::Result<usize> {
-                memlend_net::recv_waitall(self, buf)
+                let $w = self;
+                memlend_net::recv_waitall($sock, buf)
             }
 
             fn write_all_bytes(&self, buf: &[u8]) -> io::Result<()> {
-                (&mut &*self).write_all(buf)
+                let $w = self;
+                (&mut &*$sock).write_all(buf)
             }
 
             fn shutdown_both(&self) {
-                let _ = self.shutdown(Shutdown::Both);
+                let $w = self;
+                let _ = $sock.shutdown(Shutdown::Both);
             }
         }
     };
 }
 
-socket_wire!(TcpStream, true);
-socket_wire!(UnixStream, false);
+socket_wire!(TcpStream, true, |s| s);
+socket_wire!(UnixStream, true, |s| s);
+socket_wire!(Relayed, false, |r| &r.0);
 
 /// A `Read` over a shared `Wire`.
 pub(crate) struct WireReader<'a, W: Wire>(pub &'a W);

@@ -4,12 +4,14 @@
 #![allow(dead_code)] // each test file uses a different part
 
 use memlend_server::lifecycle::Shutdown;
-use memlend_server::nbd::{serve, Export, NbdConfig};
+use memlend_server::nbd::{serve, serve_all, Export, Listener, NbdConfig};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, ReadOp, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
 use memlend_wire::nbd::*;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown as NetShutdown, TcpListener, TcpStream};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::process::Command as Proc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -58,6 +60,20 @@ impl TestServer {
         let stores = exports.iter().map(|e| Arc::clone(&e.store)).collect();
         let stop = shutdown.clone();
         let thread = thread::spawn(move || serve(listener, exports, cfg, stop));
+        TestServer { port, shutdown, stores, thread: Some(thread) }
+    }
+
+    /// `start`, and the same exports on a Unix socket at `socket` too.
+    pub fn start_with_unix(exports: Vec<Export>, cfg: NbdConfig, socket: &Path) -> Self {
+        init_logs();
+        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        let unix = UnixListener::bind(socket).unwrap();
+        let shutdown = Shutdown::new();
+        let stores = exports.iter().map(|e| Arc::clone(&e.store)).collect();
+        let stop = shutdown.clone();
+        let listeners = vec![Listener::Tcp(tcp), Listener::Unix(unix)];
+        let thread = thread::spawn(move || serve_all(listeners, exports, cfg, stop));
         TestServer { port, shutdown, stores, thread: Some(thread) }
     }
 
