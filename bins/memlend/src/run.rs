@@ -68,7 +68,9 @@ pub struct RunArgs {
     /// the budget, so a fault on one needs no store read. Off by default:
     /// on redis under a zipfian load at a quarter local it measured no gain
     /// (docs/run.md).
-    #[arg(long, default_value = "off", value_parser = ["lz4", "off"])]
+    /// `lz4-all` compresses every victim, as zswap does; `lz4` only those
+    /// that came back after an eviction before.
+    #[arg(long, default_value = "off", value_parser = ["lz4", "lz4-all", "off"])]
     pub compress: String,
     /// Record each process's page accesses into DIR/<pid>.trace, for
     /// `memlend replay`. The process then keeps only 1 MiB of far pages

@@ -135,14 +135,22 @@ impl Handler {
         let (clean, zero) = self.sort_staged(&victims[..staged], first_slot, &mut dirty);
         self.victims = victims;
         self.drop_clean(&clean);
-        // With the pool on, clean victims go to the write-back thread too,
-        // to be compressed there: always with dirty ones, alone when the
-        // pool wants them.
+        // With the pool on, the victims it admits go to the write-back
+        // thread to be compressed there: clean ones with dirty ones, alone
+        // when the pool wants them.
         let wanted = match self.zpool.as_mut() {
             Some(pool) => !dirty.is_empty() || pool.wants_clean_batch(),
             None => false,
         };
-        let clean = if wanted { clean } else { Vec::new() };
+        let (clean, pool_staged) = match self.zpool.as_ref() {
+            Some(pool) if wanted => {
+                let table = &self.table;
+                let admit = |&(_, page): &Staged| pool.admits(table.victim_from_main(page));
+                let pool_staged = dirty.iter().map(admit).collect();
+                (clean.into_iter().filter(|v| admit(v)).collect(), pool_staged)
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
         // A page of zeroes needs no store copy: as Empty it is zero-filled
         // on the next touch, whatever the store holds.
         for &(_, page) in &zero {
@@ -156,7 +164,7 @@ impl Handler {
         for &(slot, page) in &dirty {
             self.writing.insert(page, slot);
         }
-        self.writer.send(Job { half, staged: dirty, clean });
+        self.writer.send(Job { half, staged: dirty, clean, pool_staged });
     }
 
     /// A staging half no write-back holds, waiting for one if need be.

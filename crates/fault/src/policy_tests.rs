@@ -122,3 +122,22 @@ fn metadata_stays_within_16_bytes_per_page_under_churn() {
         assert!(per_page <= 16.0, "{per_page} bytes per page");
     }
 }
+
+/// The compressed pool admits victims from main only (`ZPool::admits`):
+/// a page evicted once and faulted back is from main when it goes again;
+/// a page seen once is not.
+#[test]
+fn a_victim_is_from_main_only_after_it_came_back() {
+    let mut table = PageTable::new(64, 4, Policy::S3Fifo);
+    let mut victims = Vec::new();
+    let evict_all = |table: &mut PageTable, victims: &mut Vec<u32>| {
+        table.take_victims(64, victims);
+        let from_main: Vec<bool> = victims.iter().map(|&p| table.victim_from_main(p)).collect();
+        victims.iter().for_each(|&p| table.evicted(p));
+        from_main
+    };
+    table.map(7, PageState::Clean);
+    assert_eq!(evict_all(&mut table, &mut victims), [false], "seen once: probation");
+    assert!(table.map(7, PageState::Clean), "it came back while a ghost");
+    assert_eq!(evict_all(&mut table, &mut victims), [true], "came back: main");
+}

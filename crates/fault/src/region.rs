@@ -63,6 +63,9 @@ pub struct Tuning {
     /// Keep evicted pages that compress well in a local pool carved from
     /// the budget (`zpool.rs`), so faults on them need no store read.
     pub compress: bool,
+    /// With `compress`: the pool takes every victim that compresses, as
+    /// zswap does; off, only victims that were reused (`ZPool::admits`).
+    pub pool_admits_all: bool,
     /// Record every fault in this file (`trace.rs`); see [`Tuning::tracing`].
     pub trace: Option<std::path::PathBuf>,
 }
@@ -118,14 +121,14 @@ pub(crate) fn pool_pages_max(mapped_pages: usize) -> usize {
     mapped_pages * POOL_SHARE_MAX.0 / POOL_SHARE_MAX.1
 }
 
-fn pool_for(mapped_pages: usize) -> Result<Option<crate::zpool::ZPool>> {
+fn pool_for(mapped_pages: usize, admits_all: bool) -> Result<Option<crate::zpool::ZPool>> {
     let pool_pages = pool_pages_max(mapped_pages);
     if pool_pages < POOL_PAGES_MIN {
         return Ok(None);
     }
     let pool =
         crate::zpool::ZPool::new(pool_pages).map_err(FaultError::os("mmap compressed pool"))?;
-    Ok(Some(pool))
+    Ok(Some(if admits_all { pool.admitting_all() } else { pool }))
 }
 
 impl Default for Tuning {
@@ -139,6 +142,7 @@ impl Default for Tuning {
             zero_ahead: true,
             follow_faulter: true,
             compress: false,
+            pool_admits_all: false,
             trace: None,
         }
     }
@@ -199,7 +203,7 @@ impl Region {
             .map_err(FaultError::os("register staging"))?;
         let bell = Arc::new(Doorbell::new().map_err(FaultError::os("eventfd"))?);
         let zpool = match tuning.compress {
-            true => pool_for(config.budget_pages - reserve_pages)?,
+            true => pool_for(config.budget_pages - reserve_pages, tuning.pool_admits_all)?,
             false => None,
         };
         let packer = zpool.as_ref().map(crate::zpool::ZPool::packer);

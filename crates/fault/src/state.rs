@@ -308,6 +308,14 @@ impl PageTable {
         self.ghosts.push_back(page);
     }
 
+    /// A victim taken from main rather than from the probation queue: it
+    /// came back after an eviction (or, blind to reads, was written while
+    /// mapped), so it is one that is used again. Valid until the victim is
+    /// settled.
+    pub fn victim_from_main(&self, page: u32) -> bool {
+        self.flag(page, MAIN)
+    }
+
     /// A victim's bytes are now in the store.
     pub fn evicted(&mut self, page: u32) {
         self.set(page, PageState::InStore);

@@ -30,7 +30,10 @@ pub(crate) const HALVES: usize = 2;
 pub(crate) struct Job {
     pub half: usize,
     pub staged: Vec<(usize, u32)>,
+    /// Clean victims to compress for the pool (not written).
     pub clean: Vec<(usize, u32)>,
+    /// Per `staged` page: compress it for the pool once written.
+    pub pool_staged: Vec<bool>,
 }
 
 pub(crate) struct Done {
@@ -70,7 +73,8 @@ impl Writer {
                     let mut packed = Packed::default();
                     if let Some(packer) = packer.as_mut() {
                         let written = if result.is_ok() { &job.staged[..] } else { &[] };
-                        for &(slot, page) in job.clean.iter().chain(written) {
+                        let admitted = written.iter().zip(&job.pool_staged).filter(|(_, &a)| a);
+                        for &(slot, page) in job.clean.iter().chain(admitted.map(|(s, _)| s)) {
                             packer.pack(page, staging.present_pages(slot, 1), &mut packed);
                         }
                     }

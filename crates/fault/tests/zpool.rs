@@ -12,14 +12,21 @@ const WORDS_PER_PAGE: usize = PAGE_SIZE / 8;
 const PAGES: usize = 4096;
 const BUDGET_PAGES: usize = 1024;
 
-fn region(compress: bool) -> Region {
+/// A region over a RAM store; with `compress`, a pool that admits every
+/// victim (`admits_all`, the pool's mechanics) or reused ones only.
+fn region(compress: bool, admits_all: bool) -> Region {
     let store = Arc::new(RamStore::new(PAGES as u64, RamOptions::default()).unwrap());
     let config = RegionConfig {
         size_bytes: PAGES * PAGE_SIZE,
         budget_pages: BUDGET_PAGES,
         evict_batch_pages: 32,
     };
-    let tuning = Tuning { compress, prefetch_max_pages: 0, ..Tuning::default() };
+    let tuning = Tuning {
+        compress,
+        pool_admits_all: admits_all,
+        prefetch_max_pages: 0,
+        ..Tuning::default()
+    };
     Region::with_tuning(config, tuning, store).unwrap()
 }
 
@@ -87,7 +94,7 @@ fn within_budget(region: &Region) {
 
 #[test]
 fn compressible_pages_come_back_from_the_pool_byte_for_byte() {
-    let mut region = region(true);
+    let mut region = region(true, true);
     let mut seeds = vec![1u64; PAGES];
     fill(&mut region, compressible, 1);
     let mut rng = Rng(0x5EED);
@@ -119,9 +126,30 @@ fn compressible_pages_come_back_from_the_pool_byte_for_byte() {
     );
 }
 
+/// By default the pool admits only victims that came back after an
+/// eviction: one pass of writes compresses nothing; pages read again and
+/// again then fill it, and come back from it byte for byte.
+#[test]
+fn by_default_only_pages_that_come_back_enter_the_pool() {
+    let mut region = region(true, false);
+    fill(&mut region, compressible, 1);
+    let h = region.handler_stats();
+    assert_eq!((h.pool_pages_stored, h.pool_pages_incompressible), (0, 0), "one pass: {h:?}");
+    let mut rng = Rng(0x5EED);
+    for _ in 0..20_000u32 {
+        let page = rng.page();
+        let word = (rng.next() as usize) % WORDS_PER_PAGE;
+        assert_eq!(words(&mut region)[page * WORDS_PER_PAGE + word], compressible(page, word, 1));
+    }
+    within_budget(&region);
+    verify(&mut region, compressible, &vec![1; PAGES]);
+    let h = region.handler_stats();
+    assert!(h.pool_pages_stored > 0 && h.faults_from_pool > 1000, "reused pages: {h:?}");
+}
+
 #[test]
 fn incompressible_pages_never_enter_the_pool() {
-    let mut region = region(true);
+    let mut region = region(true, true);
     fill(&mut region, incompressible, 7);
     verify(&mut region, incompressible, &vec![7; PAGES]);
     let h = region.handler_stats();
@@ -133,7 +161,7 @@ fn incompressible_pages_never_enter_the_pool() {
 
 #[test]
 fn discarded_pages_read_zero_not_their_pooled_bytes() {
-    let mut region = region(true);
+    let mut region = region(true, true);
     fill(&mut region, compressible, 3);
     // The pool holds the latest victims, which lie in the middle pages.
     let held = region.handler_stats().pool_pages_held;
@@ -157,7 +185,7 @@ fn discarded_pages_read_zero_not_their_pooled_bytes() {
 
 #[test]
 fn a_region_that_fits_its_budget_keeps_no_pool() {
-    let mut region = region(true);
+    let mut region = region(true, true);
     fill(&mut region, compressible, 5);
     assert!(region.handler_stats().pool_pages_held > 0);
     // Free three quarters: what is left fits, and the pool gives its room back.
@@ -188,7 +216,7 @@ fn a_region_that_fits_its_budget_keeps_no_pool() {
 fn counters_churning_through_the_pool_lose_no_increment() {
     const THREADS: usize = 3;
     const ROUNDS: usize = 30_000;
-    let region = region(true);
+    let region = region(true, true);
     let base = region.as_ptr() as usize;
     let counts: Vec<Vec<u64>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..THREADS)
@@ -244,7 +272,7 @@ fn counters_churning_through_the_pool_lose_no_increment() {
 /// come down to it, and every byte stays.
 #[test]
 fn a_lowered_budget_is_followed_by_mapped_pages_and_pool() {
-    let mut region = region(true);
+    let mut region = region(true, true);
     fill(&mut region, compressible, 9);
     let lower = BUDGET_PAGES / 2;
     region.set_budget_pages(lower);

@@ -23,6 +23,8 @@ pub struct Config {
     pub stats_dir: Option<PathBuf>,
     /// Keep evicted pages that compress in a local pool (`MEMLEND_COMPRESS`).
     pub compress: bool,
+    /// `lz4-all`: the pool takes every victim, not only reused ones.
+    pub pool_admits_all: bool,
     /// The whole process stays within this (`MEMLEND_MEM`): the far budget
     /// is what the rest of the process leaves of it.
     pub mem_bytes: Option<u64>,
@@ -46,10 +48,11 @@ pub fn from_env() -> Result<Option<Config>> {
         bail!("{ENV_LOCAL}={local}: the local budget must be at least {} KiB", floor_bytes >> 10);
     }
     let stats_dir = var(ENV_STATS_DIR).map(PathBuf::from);
-    let compress = match var(ENV_COMPRESS).as_deref() {
-        Some("lz4") => true,
-        None | Some("off") => false,
-        Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4 or off"),
+    let (compress, pool_admits_all) = match var(ENV_COMPRESS).as_deref() {
+        Some("lz4") => (true, false),
+        Some("lz4-all") => (true, true),
+        None | Some("off") => (false, false),
+        Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4, lz4-all or off"),
     };
     let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;
     Ok(Some(Config {
@@ -59,6 +62,7 @@ pub fn from_env() -> Result<Option<Config>> {
         placement,
         stats_dir,
         compress,
+        pool_admits_all,
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
     }))

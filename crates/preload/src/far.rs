@@ -130,7 +130,11 @@ fn build(cfg: &Config) -> Result<Heap> {
         None => cfg.local_bytes,
     };
     let mut budget_pages = (local_bytes / PAGE_SIZE as u64).max(1) as usize;
-    let mut tuning = Tuning { compress: cfg.compress, ..Tuning::default() };
+    let mut tuning = Tuning {
+        compress: cfg.compress,
+        pool_admits_all: cfg.pool_admits_all,
+        ..Tuning::default()
+    };
     if let Some(dir) = &cfg.trace_dir {
         tuning = Tuning::tracing(dir.join(format!("{}.trace", std::process::id())));
         budget_pages = memlend_fault::trace::WINDOW_PAGES;
