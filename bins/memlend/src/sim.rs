@@ -81,8 +81,8 @@ fn node_counts(spec: &str) -> Result<Vec<usize>> {
 
 fn header() -> String {
     format!(
-        "{:>6} {:>5} {:>5} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>7} {:>9} {:>8} {:>8} {:>7} {:>7} {:>8}",
-        "nodes", "secs", "loss", "tx_msg/s", "tx_KB/s", "rx_msg/s", "rx_KB/s", "p50_ms", "p99_ms",
+        "{:>6} {:>5} {:>5} {:>8} {:>9} {:>8} {:>9} {:>9} {:>8} {:>8} {:>7} {:>9} {:>8} {:>8} {:>7} {:>7} {:>8}",
+        "nodes", "secs", "loss", "tx_msg/s", "tx_KB/s", "rx_msg/s", "rx_KB/s", "rx>10s", "p50_ms", "p99_ms",
         "met", "unmet_GiB", "harvest%", "strand", "cls/min", "wall_s", "rss_MiB"
     )
 }
@@ -91,7 +91,7 @@ fn row(r: &Report) -> String {
     let o = &r.outcome;
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     format!(
-        "{:>6} {:>5} {:>5.2} {:>8.1} {:>9.2} {:>8.1} {:>9.2} {:>8} {:>8} {:>7} {:>9.2} {:>8} {:>8} {:>7.2} {:>7.1} {:>8}",
+        "{:>6} {:>5} {:>5.2} {:>8.1} {:>9.2} {:>8.1} {:>9.2} {:>9} {:>8} {:>8} {:>7} {:>9.2} {:>8} {:>8} {:>7.2} {:>7.1} {:>8}",
         o.nodes,
         o.seconds,
         o.loss,
@@ -99,6 +99,7 @@ fn row(r: &Report) -> String {
         o.bytes_sent_per_node_s / 1e3,
         o.msgs_recv_per_node_s,
         o.bytes_recv_per_node_s / 1e3,
+        o.bytes_recv_per_node_s_warm.map_or("-".to_string(), |b| format!("{:.2}", b / 1e3)),
         ms(o.lease_latency_ms_p50),
         ms(o.lease_latency_ms_p99),
         o.demand_met,

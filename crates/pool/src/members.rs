@@ -1,8 +1,11 @@
 //! Who is in the cluster, as heard in heartbeats: each peer's address, class
-//! and memory, and whether it is still alive. Failure detection is by missed
-//! heartbeats (ExpEther's keep-alive, without SWIM's indirect probes: on one
+//! and memory, and whether it is still alive. Failure detection is by
+//! silence (ExpEther's keep-alive, without SWIM's indirect probes: on one
 //! LAN segment a missed heartbeat is rarely the path's fault, and a false
-//! suspicion costs only a delayed grant, never data).
+//! suspicion costs only a delayed grant, never data). How long a peer may be
+//! silent is the caller's choice per peer: the engine hears its lease
+//! partners every heartbeat and the others only at their slow summary
+//! refresh (`engine/heartbeat.rs`).
 
 use memlend_wire::ctrl::{Heartbeat, NodeClass, NodeId};
 use std::collections::BTreeMap;
@@ -96,11 +99,13 @@ impl Members {
         }
     }
 
-    /// Mark peers silent for `suspect_us` as suspect, and remove (and return)
-    /// those silent for `dead_us`.
-    pub fn expire(&mut self, now_us: u64, suspect_us: u64, dead_us: u64) -> Vec<Peer> {
+    /// Mark peers silent for their suspect time as suspect, and remove (and
+    /// return) those silent for their dead time; `timeouts(node)` gives
+    /// both, in µs.
+    pub fn expire(&mut self, now_us: u64, timeouts: impl Fn(NodeId) -> (u64, u64)) -> Vec<Peer> {
         let mut dead = Vec::new();
         self.peers.retain(|_, p| {
+            let (suspect_us, dead_us) = timeouts(p.node);
             let silent_us = now_us.saturating_sub(p.last_heard_us);
             p.suspect = silent_us >= suspect_us;
             if silent_us >= dead_us {
@@ -170,12 +175,23 @@ mod tests {
         assert_eq!(m.touch(7, 99, addr(1), 600), Heard::Stale);
         assert_eq!(m.touch(7, 101, addr(2), 700), Heard::Restarted);
         assert_eq!(m.get(7).unwrap().ctrl_addr, addr(2));
-        assert!(m.expire(2_000, 1_000, 3_000).is_empty());
+        assert!(m.expire(2_000, |_| (1_000, 3_000)).is_empty());
         assert!(m.get(7).unwrap().suspect);
-        let dead = m.expire(3_700, 1_000, 3_000);
+        let dead = m.expire(3_700, |_| (1_000, 3_000));
         assert_eq!(dead.len(), 1);
         assert!(m.is_empty());
         assert_eq!(m.touch(7, 101, addr(2), 3_800), Heard::Joined);
+    }
+
+    #[test]
+    fn each_peer_has_its_own_timeouts() {
+        let mut m = Members::default();
+        m.touch(1, 1, addr(1), 0);
+        m.touch(2, 1, addr(2), 0);
+        let t = |n: NodeId| if n == 1 { (1_000, 3_000) } else { (30_000, 60_000) };
+        let dead = m.expire(3_000, t);
+        assert_eq!(dead.iter().map(|p| p.node).collect::<Vec<_>>(), vec![1]);
+        assert!(!m.get(2).unwrap().suspect, "a far peer is not suspect yet");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The end of a run: leases each side believes in, demand left, rates per
 //! node and second, and the report.
 
-use crate::measure::{by_kind, peak_rss_bytes, quantile_ms, Cost, Outcome, Report};
+use crate::measure::{by_kind, peak_rss_bytes, quantile_ms, Cost, Outcome, Report, WARMUP_S};
 use crate::node::node_id;
 use crate::sim::Sim;
 use memlend_pool::engine::{BorrowedState, LentState, Metrics};
@@ -13,6 +13,8 @@ pub(crate) fn report(sim: &Sim, wall: Duration) -> Report {
     let m = &sim.m;
     let p = &sim.p;
     let per_node_s = |x: u64| x as f64 / p.nodes as f64 / p.seconds as f64;
+    let warm_s = p.seconds.saturating_sub(WARMUP_S);
+    let per_node_warm_s = |x: u64| (warm_s > 0).then(|| x as f64 / p.nodes as f64 / warm_s as f64);
     let mut lat = m.latencies_us.clone();
     lat.sort_unstable();
     let engine = engine_totals(sim);
@@ -33,6 +35,8 @@ pub(crate) fn report(sim: &Sim, wall: Duration) -> Report {
         bytes_sent_per_node_s: per_node_s(m.bytes_sent),
         msgs_recv_per_node_s: per_node_s(m.msgs_recv),
         bytes_recv_per_node_s: per_node_s(m.bytes_recv),
+        bytes_sent_per_node_s_warm: per_node_warm_s(m.bytes_sent_warm),
+        bytes_recv_per_node_s_warm: per_node_warm_s(m.bytes_recv_warm),
         bytes_sent_by_kind: by_kind(&m.bytes_sent_by_kind),
         lost: m.lost,
         duplicated: m.duplicated,

@@ -18,6 +18,11 @@ pub struct Counters {
     pub bytes_sent: u64,
     pub msgs_recv: u64,
     pub bytes_recv: u64,
+    /// Bytes sent and received from the end of warm-up on: the steady
+    /// state, without the burst of every node booting and announcing
+    /// itself in the first seconds.
+    pub bytes_sent_warm: u64,
+    pub bytes_recv_warm: u64,
     pub bytes_sent_by_kind: [u64; 7],
     pub lost: u64,
     pub duplicated: u64,
@@ -70,6 +75,9 @@ pub struct Outcome {
     pub bytes_sent_per_node_s: f64,
     pub msgs_recv_per_node_s: f64,
     pub bytes_recv_per_node_s: f64,
+    /// The same after warm-up (None if the run is no longer than it).
+    pub bytes_sent_per_node_s_warm: Option<f64>,
+    pub bytes_recv_per_node_s_warm: Option<f64>,
     /// Bytes sent of each message type (all nodes, whole run).
     pub bytes_sent_by_kind: BTreeMap<String, u64>,
     pub lost: u64,

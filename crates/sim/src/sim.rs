@@ -197,6 +197,9 @@ impl Sim {
         }
         self.m.msgs_recv += 1;
         self.m.bytes_recv += u64::from(dg.bytes);
+        if now >= WARMUP_S * S_US {
+            self.m.bytes_recv_warm += u64::from(dg.bytes);
+        }
         if n.replay.check_and_record(dg.sender, dg.incarnation, dg.counter).is_err() {
             self.m.replays_refused += 1;
             return;
@@ -344,6 +347,9 @@ impl Sim {
         self.m.hash(self.now_us, &buf[..len]);
         self.m.msgs_sent += 1;
         self.m.bytes_sent += len as u64;
+        if self.now_us >= WARMUP_S * S_US {
+            self.m.bytes_sent_warm += len as u64;
+        }
         self.m.bytes_sent_by_kind[kind(&env.body)] += len as u64;
         let dg = Rc::new(Datagram {
             from: i,

@@ -18,11 +18,20 @@ pub struct Config {
     pub seeds: Vec<SocketAddr>,
     /// Secret behind lease credentials (random per daemon start).
     pub credential_secret: [u8; 32],
+    /// Heartbeats between lease partners (and the floor of the summary
+    /// refresh).
     pub heartbeat_ms: u64,
-    /// Silent this long: suspect (no new grants to or from it).
+    /// A lease partner silent this long: suspect (no new grants to or from
+    /// it). Other peers: several refresh periods (`engine/summary.rs`).
     pub suspect_ms: u64,
-    /// Silent this long: gone; its leases are revoked or lost.
+    /// A lease partner silent this long: gone; its leases are revoked or
+    /// lost.
     pub dead_ms: u64,
+    /// About how many periodic summaries a node receives per second from the
+    /// whole cluster: each node refreshes its own every members / this
+    /// seconds (at least `heartbeat_ms`, at most `refresh_max_ms`).
+    pub summaries_per_s: u64,
+    pub refresh_max_ms: u64,
     /// Offers back off from min to max while availability is stable.
     pub offer_min_ms: u64,
     pub offer_max_ms: u64,
@@ -68,6 +77,8 @@ impl Config {
             heartbeat_ms: 500,
             suspect_ms: 1_500,
             dead_ms: 3_000,
+            summaries_per_s: 4,
+            refresh_max_ms: 300_000,
             offer_min_ms: 250,
             offer_max_ms: 4_000,
             grant_ack_ms: 2_000,

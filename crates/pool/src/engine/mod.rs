@@ -7,13 +7,19 @@
 //!
 //! The two sides live in `donor.rs` (grants, reclaim) and `borrower.rs`
 //! (requests, leases). A node can be both at once: it may still lend old
-//! leases while it borrows.
+//! leases while it borrows. `heartbeat.rs` keeps lease partners in touch
+//! every heartbeat and decides failure; `summary.rs` decides when the whole
+//! cluster hears of a node (when it newly has room or stops being a server,
+//! else on a refresh that slows as the cluster grows), so what a node
+//! receives does not grow with N.
 
 mod borrower;
 mod config;
 mod donor;
+mod heartbeat;
 mod metrics;
 mod output;
+mod summary;
 mod types;
 
 pub use borrower::MAX_WANT_BYTES;
@@ -24,7 +30,7 @@ pub use types::{Borrowed, BorrowedState, Demand, Lent, LentState, Status};
 
 use crate::members::{Heard, Members};
 use crate::select::Selector;
-use memlend_wire::ctrl::{Body, Heartbeat, LeaseId, NodeClass, NodeId, MAX_HEARTBEAT_LEASES};
+use memlend_wire::ctrl::{Body, Heartbeat, LeaseId, NodeClass, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
@@ -54,6 +60,7 @@ pub struct Engine {
     arrivals: u64,
     borrowed: BTreeMap<(NodeId, LeaseId), Borrowed>,
     next_heartbeat_us: u64,
+    summary: summary::Summary,
     out: VecDeque<Output>,
     metrics: Metrics,
 }
@@ -78,6 +85,7 @@ impl Clone for Engine {
             arrivals: self.arrivals,
             borrowed: self.borrowed.clone(),
             next_heartbeat_us: self.next_heartbeat_us,
+            summary: self.summary.clone(),
             out: self.out.clone(),
             metrics: self.metrics.clone(),
         }
@@ -102,6 +110,7 @@ impl Engine {
             arrivals: 0,
             borrowed: BTreeMap::new(),
             next_heartbeat_us: 0,
+            summary: summary::Summary::default(),
             out: VecDeque::new(),
             metrics: Metrics::default(),
             now_us: 0,
@@ -121,6 +130,7 @@ impl Engine {
             self.next_offer_us = now_us;
         }
         self.reclaim_if_needed();
+        self.summary_if_due();
     }
 
     /// A datagram from `from`, already authenticated, from this cluster, and
@@ -140,8 +150,14 @@ impl Engine {
         self.metrics.received(&body);
         match self.members.touch(sender, incarnation, from, now_us) {
             Heard::Stale | Heard::Refused => return,
-            Heard::Restarted => self.peer_gone(sender, "restarted"),
-            Heard::Joined => self.push(Output::Event(Event::PeerJoined { node: sender })),
+            Heard::Restarted => {
+                self.peer_gone(sender, "restarted");
+                self.tell(sender, true);
+            }
+            Heard::Joined => {
+                self.push(Output::Event(Event::PeerJoined { node: sender }));
+                self.tell(sender, true);
+            }
             Heard::Known => {}
         }
         match body {
@@ -154,22 +170,18 @@ impl Engine {
             Body::Reclaim(r) => self.on_reclaim(sender, &r),
             Body::Release(r) => self.on_release(sender, &r),
         }
+        self.summary_if_due(); // a grant or a release may change the room
     }
 
     /// Run every timer due at `now_us`: retransmissions, expiries,
-    /// heartbeats, offers, failure detection.
+    /// heartbeats, summaries, offers, failure detection.
     pub fn tick(&mut self, now_us: u64) {
         self.advance(now_us);
-        for peer in self.members.expire(now_us, self.cfg.suspect_ms * MS, self.cfg.dead_ms * MS) {
-            self.push(Output::Event(Event::PeerLost { node: peer.node }));
-            self.peer_gone(peer.node, "silent");
-        }
+        self.expire_members();
         self.donor_timers();
         self.borrower_timers();
-        if self.cfg.heartbeat_ms > 0 && now_us >= self.next_heartbeat_us {
-            self.next_heartbeat_us = now_us + self.cfg.heartbeat_ms * MS;
-            self.send_heartbeat();
-        }
+        self.heartbeat_timer();
+        self.summary_if_due();
     }
 
     /// The earliest time `tick` has something to do (for the daemon's poll).
@@ -242,46 +254,6 @@ impl Engine {
     fn peer_gone(&mut self, node: NodeId, why: &'static str) {
         self.revoke_lent_to(node, why);
         self.lose_borrowed_from(node, why);
-    }
-
-    fn send_heartbeat(&mut self) {
-        let leases = self
-            .borrowed
-            .values()
-            .filter(|b| b.state != BorrowedState::Binding)
-            .take(MAX_HEARTBEAT_LEASES)
-            .map(|b| b.report())
-            .collect();
-        let hb = Heartbeat {
-            name: self.cfg.name.clone(),
-            class: self.status.class,
-            total_bytes: self.status.total_bytes,
-            used_bytes: self.status.used_bytes,
-            lent_bytes: self.lent_bytes(),
-            borrowed_bytes: self.borrowed_bytes(),
-            available_bytes: self.available_bytes(),
-            data_addr: self.cfg.data_addr,
-            leases,
-        };
-        for to in self.heartbeat_dests() {
-            self.send(to, Body::Heartbeat(hb.clone()));
-        }
-    }
-
-    /// Broadcast where the LAN allows it; otherwise unicast to every seed and
-    /// every peer heard (a seed list is how nodes find each other without
-    /// broadcast).
-    fn heartbeat_dests(&self) -> Vec<Dest> {
-        if self.cfg.broadcast {
-            return vec![Dest::Broadcast];
-        }
-        let mut to: Vec<SocketAddr> = self.cfg.seeds.clone();
-        for p in self.members.iter() {
-            if !to.contains(&p.ctrl_addr) {
-                to.push(p.ctrl_addr);
-            }
-        }
-        to.into_iter().map(Dest::To).collect()
     }
 
     pub fn lent_bytes(&self) -> u64 {

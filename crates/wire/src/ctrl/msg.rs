@@ -147,9 +147,11 @@ pub struct LeaseReport {
     pub pages_per_s: u32,
 }
 
-/// HEARTBEAT: liveness and state, sent to every known peer (and broadcast
-/// while a node has no peers). It also carries the leases the sender
-/// borrows, which keeps them alive at their donors.
+/// HEARTBEAT: liveness and state. Every heartbeat period a node sends one
+/// to each lease partner, carrying the leases that partner lends it (which
+/// keeps them alive at their donor); to the whole cluster it goes with no
+/// leases, as a summary, on a change that matters or a slow refresh
+/// (`memlend_pool::engine`'s `summary.rs`). Same encoding either way.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
     pub name: String,
