@@ -83,9 +83,15 @@ def run(bench, job, peer, frac, limit):
                 row["idle_before_pct"] = round(common.wait_quiet(a.wait_quiet, 80), 1)
             log("  +", " ".join(shlex.quote(x) for x in argv) +
                 (f"   (memcg limit {row['cg_limit_mib']} MiB)" if cg_limit >= 0 else ""))
-            sampler = apps.Sampler()
+            holder = {}
+
+            def stall_kill():  # zram full at its mem_limit: the job would crawl until the timeout
+                if holder.get("proc") is not None and holder["proc"].poll() is None:
+                    os.killpg(holder["proc"].proc.pid, signal.SIGKILL)
+
+            sampler = apps.Sampler(stall_kill if peer == "zram" else None)
             psi0 = common.cpu_psi_total_us()
-            proc = Proc(argv, os.path.join(bench.workdir, f"{tag}.log"), m.cg)
+            proc = holder["proc"] = Proc(argv, os.path.join(bench.workdir, f"{tag}.log"), m.cg)
             if proc.wait(a.timeout) is None:
                 errors.append(f"did not finish within {a.timeout:.0f} s")
             psi1 = common.cpu_psi_total_us()
@@ -112,6 +118,9 @@ def run(bench, job, peer, frac, limit):
                     if z["compr"]:
                         row["zram_ratio"] = round(z["orig"] / z["compr"], 2)
             pk = sampler.stop()
+            if sampler.stalled:
+                errors.insert(0, f"zram full at its mem_limit ({row.get('zram_share_mib')} MiB): "
+                                 f"{sampler.stalled:,} failed swap-outs, the job stalled and was killed")
             sampler = None
             if peer == "zswap":
                 row["zswap_pool_peak_mib"] = round(pk["zswap_pool_kib"] / 1024, 1)
