@@ -25,6 +25,9 @@ pub struct Config {
     pub compress: bool,
     /// `lz4-all`: the pool takes every victim, not only reused ones.
     pub pool_admits_all: bool,
+    /// The largest prefetch window, in pages (0: no prefetch); unset, the
+    /// region's default. For measuring what prefetch gives a program.
+    pub prefetch_max_pages: Option<usize>,
     /// The whole process stays within this (`MEMLEND_MEM`): the far budget
     /// is what the rest of the process leaves of it.
     pub mem_bytes: Option<u64>,
@@ -33,6 +36,9 @@ pub struct Config {
 }
 
 /// Read the config; `Ok(None)` when the shim is not asked to do anything.
+/// The largest prefetch window in pages (0: none), for experiments.
+const ENV_PREFETCH_MAX_PAGES: &str = "MEMLEND_PREFETCH_MAX_PAGES";
+
 pub fn from_env() -> Result<Option<Config>> {
     let Some(local) = var(ENV_LOCAL) else { return Ok(None) };
     let local_bytes = bytes(ENV_LOCAL, &local)?;
@@ -55,6 +61,12 @@ pub fn from_env() -> Result<Option<Config>> {
         Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4, lz4-all or off"),
     };
     let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;
+    let prefetch_max_pages = match var(ENV_PREFETCH_MAX_PAGES) {
+        Some(v) => Some(v.parse::<usize>().map_err(|e| {
+            anyhow::anyhow!("{ENV_PREFETCH_MAX_PAGES}={v}: not a page count ({e})")
+        })?),
+        None => None,
+    };
     Ok(Some(Config {
         local_bytes,
         far_bytes,
@@ -63,6 +75,7 @@ pub fn from_env() -> Result<Option<Config>> {
         stats_dir,
         compress,
         pool_admits_all,
+        prefetch_max_pages,
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
     }))

@@ -135,6 +135,9 @@ fn build(cfg: &Config) -> Result<Heap> {
         pool_admits_all: cfg.pool_admits_all,
         ..Tuning::default()
     };
+    if let Some(pages) = cfg.prefetch_max_pages {
+        tuning.prefetch_max_pages = pages;
+    }
     if let Some(dir) = &cfg.trace_dir {
         tuning = Tuning::tracing(dir.join(format!("{}.trace", std::process::id())));
         budget_pages = memlend_fault::trace::WINDOW_PAGES;
