@@ -6,9 +6,9 @@ use crate::donor::DonorArgs;
 use crate::verify::pattern;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use memlend_borrow::{Placement, Redundancy};
 use memlend_fault::{Region, RegionConfig};
 use memlend_node::size::{human, parse_pages};
-use memlend_place::{Placement, Redundancy};
 use memlend_store::PAGE_SIZE;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,7 +65,7 @@ pub struct FarArgs {
 fn placement(a: &FarArgs) -> Placement {
     if let Some(api) = &a.pool {
         let api = if api.as_os_str().is_empty() {
-            memlend_place::pool::default_api_path()
+            memlend_borrow::open::cluster::default_api_path()
         } else {
             api.clone()
         };

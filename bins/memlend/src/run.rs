@@ -5,9 +5,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use memlend_borrow::env as shim;
+use memlend_borrow::{Placement, Redundancy};
 use memlend_node::size::{human, parse_size};
-use memlend_place::env as shim;
-use memlend_place::{Placement, Redundancy};
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -105,7 +105,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
         bail!("give --donor or --ssd, not both");
     }
     let pool = a.pool.as_ref().map(|p| match p.as_os_str().is_empty() {
-        true => memlend_place::pool::default_api_path(),
+        true => memlend_borrow::open::cluster::default_api_path(),
         false => absolute(p),
     });
     let placement = Placement {
@@ -157,13 +157,13 @@ fn preflight(p: &Placement, far: Option<u64>) -> Result<(String, Option<u64>)> {
         return Ok((format!("the cluster (memlendd at {})", api.display()), None));
     }
     if !p.donors.is_empty() {
-        let room = memlend_place::room_on_donors(p)?;
+        let room = memlend_borrow::open::room_on_donors(p)?;
         // Mirrored, every page takes room on two donors; coded, n/(n-m).
         let n = p.donors.len() as u64;
         let room = match p.redundancy {
             Redundancy::Mirror => room / 2,
             Redundancy::Erasure if n >= 3 => {
-                room / n * (n - memlend_place::redundant::parity_legs(n as usize) as u64)
+                room / n * (n - memlend_borrow::open::redundant::parity_legs(n as usize) as u64)
             }
             _ => room,
         };
@@ -178,7 +178,7 @@ fn preflight(p: &Placement, far: Option<u64>) -> Result<(String, Option<u64>)> {
         }
         return Ok((where_, Some(room)));
     }
-    let path = p.ssd.clone().unwrap_or_else(memlend_place::default_ssd_dir);
+    let path = p.ssd.clone().unwrap_or_else(memlend_borrow::default_ssd_dir);
     let dir = if path.is_dir() { path.clone() } else { parent(&path) };
     if !dir.is_dir() {
         bail!("--ssd {}: {} is not a directory", path.display(), dir.display());
@@ -221,7 +221,7 @@ fn set_env(
     let mut placement = placement.clone();
     placement.ssd = placement.ssd.as_deref().map(absolute);
     placement.key = placement.key.as_deref().map(absolute);
-    let mut vars = memlend_place::env::placement_vars(&placement).to_vec();
+    let mut vars = memlend_borrow::env::placement_vars(&placement).to_vec();
     vars.push((shim::TRACE_DIR, a.trace.as_deref().map(|p| absolute(p).display().to_string())));
     for (name, value) in vars {
         match value {

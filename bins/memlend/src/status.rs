@@ -69,7 +69,7 @@ pub fn api_path(api: Option<&PathBuf>, node: Option<&String>) -> Result<PathBuf>
     Ok(match (api, node) {
         (Some(api), _) => api.clone(),
         (None, Some(node)) => lab_socket(node)?,
-        (None, None) => memlend_place::pool::default_api_path(),
+        (None, None) => memlend_borrow::open::cluster::default_api_path(),
     })
 }
 

@@ -200,7 +200,7 @@ fn a_region_leases_as_it_fills_not_all_at_once() {
         .args(["run", "--insecure", "--local", "8M", "--far", "1G", "--pool"])
         .arg(&borrower.api)
         .args(["--", "python3", "-c", &script])
-        .env(memlend_place::env::LEASE_FIRST, "16M")
+        .env(memlend_borrow::env::LEASE_FIRST, "16M")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -230,7 +230,7 @@ fn a_region_that_grows_over_five_leases_loses_nothing() {
     let (donor, borrower) =
         pair(dir.path(), &["--memory", "host", "--thresholds", "0.97,0.98,0.985,0.99"]);
     let mut cmd = far_cmd(&borrower.api, "256M", 2, &[]);
-    let job = cmd.env(memlend_place::env::LEASE_FIRST, "16M").spawn().unwrap();
+    let job = cmd.env(memlend_borrow::env::LEASE_FIRST, "16M").spawn().unwrap();
     // 16 + 16 + 32 + 64 + 128 MiB.
     wait("every segment's lease", 30, || donor.field("lent_bytes") >= 256 << 20);
     let text = finish(job);
@@ -250,7 +250,7 @@ fn a_reclaim_moves_a_running_programs_pages_home_with_none_lost() {
     // Three leases (32 + 32 + 64 MiB), the last two added as the region
     // filled: each is reclaimed and moved.
     let mut cmd = far_cmd(&borrower.api, "128M", 15, &[]);
-    let job = cmd.env(memlend_place::env::LEASE_FIRST, "32M").spawn().unwrap();
+    let job = cmd.env(memlend_borrow::env::LEASE_FIRST, "32M").spawn().unwrap();
     wait("the leases", 20, || donor.field("lent_bytes") >= 128 << 20);
     let mut hog = hog(&cg);
     wait("the donor to take its memory back", 40, || donor.field("lent_bytes") == 0);

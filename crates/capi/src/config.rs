@@ -2,7 +2,7 @@
 //! and turned into a placement and a region config.
 
 use crate::text;
-use memlend_place::Placement;
+use memlend_borrow::Placement;
 use memlend_store::PAGE_SIZE;
 use std::ffi::{c_char, CStr, OsStr};
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -186,7 +186,7 @@ fn chain(e: &anyhow::Error) -> String {
 }
 
 /// What to do about an error whose own words are terse.
-fn hint(e: &anyhow::Error, p: &memlend_place::Placement) -> String {
+fn hint(e: &anyhow::Error, p: &memlend_borrow::Placement) -> String {
     let refused = e.chain().find_map(|c| c.downcast_ref::<ClientError>());
     match (refused, &p.key) {
         (Some(ClientError::Refused(Status::AuthFailed)), Some(key)) => format!(
@@ -424,7 +424,7 @@ mod tests {
         let e = Err::<(), _>(ClientError::Refused(Status::AuthFailed))
             .context("cannot open")
             .unwrap_err();
-        let keyed = memlend_place::Placement { key: Some("/k".into()), ..Default::default() };
+        let keyed = memlend_borrow::Placement { key: Some("/k".into()), ..Default::default() };
         assert!(hint(&e, &keyed).contains("wrong key"), "{}", hint(&e, &keyed));
         assert!(hint(&e, &Default::default()).contains("set key_path"));
     }

@@ -2,12 +2,12 @@
 //! `MEMLEND_LOCAL` the shim is inert and every call passes straight through.
 
 use anyhow::{bail, Result};
-use memlend_place::Placement;
+use memlend_borrow::Placement;
 use std::path::PathBuf;
 
-use memlend_place::env::{COMPRESS as ENV_COMPRESS, DEFAULT_THRESHOLD_BYTES};
-use memlend_place::env::{FAR as ENV_FAR, LOCAL as ENV_LOCAL, MEM as ENV_MEM};
-use memlend_place::env::{
+use memlend_borrow::env::{COMPRESS as ENV_COMPRESS, DEFAULT_THRESHOLD_BYTES};
+use memlend_borrow::env::{FAR as ENV_FAR, LOCAL as ENV_LOCAL, MEM as ENV_MEM};
+use memlend_borrow::env::{
     STATS_DIR as ENV_STATS_DIR, THRESHOLD as ENV_THRESHOLD, TRACE_DIR as ENV_TRACE_DIR,
 };
 
@@ -47,7 +47,7 @@ pub fn from_env() -> Result<Option<Config>> {
         Some(v) => bytes(ENV_THRESHOLD, &v)? as usize,
         None => DEFAULT_THRESHOLD_BYTES as usize,
     };
-    let placement = memlend_place::env::placement_from_vars(var)?;
+    let placement = memlend_borrow::env::placement_from_vars(var)?;
     let floor_bytes = (memlend_fault::BUDGET_FLOOR_PAGES * memlend_store::PAGE_SIZE) as u64;
     if local_bytes < floor_bytes {
         // One instruction may need several far pages at once (see the floor's doc).

@@ -35,7 +35,7 @@ pub struct Heap {
     arena: Mutex<Arena>,
     pub describe: String,
     /// The layers keeping second copies (with `--redundancy`), for the report.
-    pub copies: memlend_place::Copies,
+    pub copies: memlend_borrow::Copies,
 }
 
 /// Read the environment once, at load time, before `main`.

@@ -248,7 +248,7 @@ impl Sim {
         self.schedule_tick(i, false);
     }
 
-    /// The borrower side of a node's processes (what `place`'s lease agent
+    /// The borrower side of a node's processes (what `borrow`'s lease agent
     /// does): ask for what is needed and not held or asked for; give back
     /// whole leases the need no longer covers.
     fn agent(&mut self, i: u32, need: u64) {

@@ -1,16 +1,18 @@
-//! Pages on leases from the cluster: ask the local `memlendd` for memory,
-//! open one slab per lease (the lease's credential is the borrower id), and
-//! join them end to end. Each lease sits in a `Relocatable`, so when its
-//! donor reclaims it the pages move (to another lease, or home) while the
-//! program runs; `reclaim.rs` does that on its own thread.
+//! Pages on leases from the cluster (a `--pool` placement): ask the local
+//! `memlendd` for memory, open one slab per lease (the lease's credential
+//! is the borrower id), and join them end to end; the first segment is
+//! leased now, each later one as it is first written (`lease::grow`). Each
+//! lease sits in a `Relocatable`, so when its donor reclaims it the pages
+//! move (to another lease, or home) while the program runs: the region is
+//! handed to its lease agent (`crate::lease`), which does that on its own
+//! thread.
 
-use crate::grow::unleased_segment;
+use crate::lease::grow::{first_bytes, layout, unleased_segment};
+use crate::lease::{backed_by_ssd, channel, member, open_lease, spawn, Handoff};
 use crate::{Copies, Opened, Placement, Redundancy};
-use anyhow::{bail, Context, Result};
-use memlend_pool::api::{self, Ask, Client, LeaseGrant, Tell};
-use memlend_remote::ClientConfig;
-use memlend_store::layer::relocate::Relocatable;
-use memlend_store::layer::{Concat, Mirror, MirrorOptions, Stats};
+use anyhow::{bail, Result};
+use memlend_pool::api::{Ask, Client, LeaseGrant, Tell};
+use memlend_store::layer::Concat;
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,21 +24,9 @@ pub const WANT_TIMEOUT: Duration = Duration::from_secs(10);
 const WANT_RETRY_FIRST: Duration = Duration::from_millis(250);
 const WANT_RETRY_MAX: Duration = Duration::from_secs(2);
 
-/// One lease (or a home store) inside the region.
-pub struct Member {
-    /// `(donor, lease)`; `None` once the pages moved home.
-    pub lease: Option<(u64, u64)>,
-    pub donor_name: String,
-    pub pages: u64,
-    pub reloc: Arc<Relocatable>,
-    pub stats: Arc<Stats<Arc<Relocatable>>>,
-    /// At home, it may go back to a lease (`homecoming.rs`).
-    pub may_return: bool,
-}
-
 pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
-    let first_pages = crate::grow::first_bytes()? / PAGE_SIZE as u64;
-    let sizes = crate::grow::layout(pages, first_pages);
+    let first_pages = first_bytes()? / PAGE_SIZE as u64;
+    let sizes = layout(pages, first_pages);
     let mut client = Client::connect(api_path)?;
     let grants = want(&mut client, sizes[0] * PAGE_SIZE as u64, WANT_TIMEOUT)?;
     let got: u64 = grants.iter().map(|g| g.bytes).sum::<u64>() / PAGE_SIZE as u64;
@@ -52,10 +42,10 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
         );
     }
     let backed = p.redundancy == Redundancy::Ssd;
-    let mut cfg = crate::donors::client_config(p)?;
+    let mut cfg = super::donors::client_config(p)?;
     if backed {
         // A lease with a copy at home fails over instead of waiting.
-        cfg = crate::redundant::leg_config(cfg);
+        cfg = super::redundant::leg_config(cfg);
     }
     let mut members = Vec::new();
     for g in &grants {
@@ -79,7 +69,7 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
         1 => first.pop().expect("one store"),
         _ => Arc::new(Concat::new(first)?),
     };
-    let (tx, events) = crate::reclaim::channel();
+    let (tx, events) = channel();
     let like = first.info();
     let mut stores = vec![Arc::clone(&first)];
     for (i, &size) in sizes.iter().enumerate().skip(1) {
@@ -96,7 +86,7 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
         describe.push_str(", each backed by an SSD file");
     }
     let copies = Copies { mirrors, ..Copies::default() };
-    let handoff = crate::reclaim::Handoff {
+    let handoff = Handoff {
         client,
         members,
         cfg,
@@ -106,29 +96,8 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
         segments: sizes.len(),
         copies: copies.clone(),
     };
-    crate::reclaim::spawn(handoff, tx, events, first)?;
+    spawn(handoff, tx, events, first)?;
     Ok(Opened { store: Arc::new(store), pages, describe, copies })
-}
-
-/// A lease with a write-through copy on the local SSD, read only when the
-/// lease fails: its donor crashed, or it reclaimed the lease and revoked it
-/// before the pages could move (a borrower too slow for the deadline).
-pub(crate) fn backed_by_ssd(
-    dir: &Path,
-    lease: Arc<dyn PageStore>,
-    donor: &str,
-    pages: u64,
-) -> Result<Mirror> {
-    let file = crate::ssd::open(dir, Some(pages))?.store;
-    let legs = vec![(lease, donor.to_string()), (file, "ssd".to_string())];
-    Ok(Mirror::new(legs, pages, MirrorOptions::default(), None)?)
-}
-
-pub fn member(lease: Option<(u64, u64)>, donor_name: &str, store: Arc<dyn PageStore>) -> Member {
-    let pages = store.info().pages;
-    let reloc = Arc::new(Relocatable::new(store));
-    let stats = Arc::new(Stats::new(Arc::clone(&reloc)));
-    Member { lease, donor_name: donor_name.to_string(), pages, reloc, stats, may_return: true }
 }
 
 /// Ask for `bytes`; collect leases until they cover it or `timeout` passes.
@@ -171,17 +140,6 @@ pub fn want(client: &mut Client, bytes: u64, timeout: Duration) -> Result<Vec<Le
 
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
-}
-
-/// Open lease `g`'s slab, encrypted (tags on the donor) when `encrypt`.
-pub fn open_lease(g: &LeaseGrant, cfg: &ClientConfig, encrypt: bool) -> Result<Arc<dyn PageStore>> {
-    let mut cfg = cfg.clone();
-    cfg.borrower_id = api::credential_from_hex(&g.credential).map_err(anyhow::Error::msg)?;
-    let pages = g.bytes / PAGE_SIZE as u64;
-    let s = crate::seal::open(g.data_addr, &cfg, pages, encrypt).with_context(|| {
-        format!("cannot open lease {} on {} ({})", g.lease, g.donor_name, g.data_addr)
-    })?;
-    crate::seal::wrap(s, encrypt)
 }
 
 /// `$MEMLEND_POOL` or the daemon's default socket.

@@ -1,13 +1,17 @@
 //! How the lease thread gets new leases while the program runs: one to
-//! take a reclaimed lease's pages, or the leases for a segment that is
-//! written to for the first time (`grow.rs`).
+//! take a reclaimed lease's pages or bring pages home back to a lease, or
+//! the leases for a segment that is written to for the first time
+//! (`grow.rs`); and how a granted lease's slab is opened (also for the
+//! first segment, by `open::cluster`).
 
-use crate::grow::Grow;
-use crate::pool::{member, open_lease, Member};
-use crate::reclaim::{home_store, Ear, Event, MAX_PENDING};
-use memlend_pool::api::{Ask, LeaseGrant, Tell};
-use memlend_store::layer::Concat;
+use super::reclaim::home_store;
+use super::{member, Ear, Event, Grow, Member, MAX_PENDING};
+use anyhow::{Context, Result};
+use memlend_pool::api::{self, Ask, LeaseGrant, Tell};
+use memlend_remote::ClientConfig;
+use memlend_store::layer::{Concat, Mirror, MirrorOptions};
 use memlend_store::{PageStore, PAGE_SIZE};
+use std::path::Path;
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,7 +112,7 @@ impl Ear {
 
     fn lease_segment(&mut self, segment: usize, pages: u64) -> Result<Arc<dyn PageStore>, String> {
         let bytes = pages * PAGE_SIZE as u64;
-        let grants = self.await_grants(bytes, crate::grow::GROW_WAIT, true);
+        let grants = self.await_grants(bytes, super::grow::GROW_WAIT, true);
         let got: u64 = grants.iter().map(|g| g.bytes).sum();
         if got < bytes {
             self.release(&grants);
@@ -153,7 +157,7 @@ impl Ear {
             return Ok((m, lease));
         }
         let dir = self.home.clone().unwrap_or_else(crate::default_ssd_dir);
-        let mirror = Arc::new(crate::pool::backed_by_ssd(&dir, lease, &g.donor_name, m.pages)?);
+        let mirror = Arc::new(backed_by_ssd(&dir, lease, &g.donor_name, m.pages)?);
         self.copies.later.lock().push(Arc::clone(&mirror));
         Ok((m, mirror))
     }
@@ -178,8 +182,33 @@ impl Ear {
         m.may_return = !self.backed;
         let store = Arc::clone(&m.stats) as Arc<dyn PageStore>;
         self.members.push(m);
-        self.homecoming.soon();
+        self.back_to_lease.soon();
         self.last_pages.push(0);
         Ok(store)
     }
+}
+
+/// Open lease `g`'s slab, encrypted (tags on the donor) when `encrypt`.
+pub fn open_lease(g: &LeaseGrant, cfg: &ClientConfig, encrypt: bool) -> Result<Arc<dyn PageStore>> {
+    let mut cfg = cfg.clone();
+    cfg.borrower_id = api::credential_from_hex(&g.credential).map_err(anyhow::Error::msg)?;
+    let pages = g.bytes / PAGE_SIZE as u64;
+    let s = crate::open::seal::open(g.data_addr, &cfg, pages, encrypt).with_context(|| {
+        format!("cannot open lease {} on {} ({})", g.lease, g.donor_name, g.data_addr)
+    })?;
+    crate::open::seal::wrap(s, encrypt)
+}
+
+/// A lease with a write-through copy on the local SSD, read only when the
+/// lease fails: its donor crashed, or it reclaimed the lease and revoked it
+/// before the pages could move (a borrower too slow for the deadline).
+pub(crate) fn backed_by_ssd(
+    dir: &Path,
+    lease: Arc<dyn PageStore>,
+    donor: &str,
+    pages: u64,
+) -> Result<Mirror> {
+    let file = crate::open::ssd::open(dir, Some(pages))?.store;
+    let legs = vec![(lease, donor.to_string()), (file, "ssd".to_string())];
+    Ok(Mirror::new(legs, pages, MirrorOptions::default(), None)?)
 }

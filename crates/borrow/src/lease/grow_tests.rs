@@ -1,5 +1,4 @@
 use super::*;
-use crate::reclaim::Event;
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{ReadOp, StoreError, WriteOp};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -37,7 +36,7 @@ fn lease_thread(events: Receiver<Event>, asks: Arc<AtomicU64>, refuse: Arc<Atomi
 }
 
 fn lazy(pages: u64) -> (OnDemand, Arc<AtomicU64>, Arc<AtomicU64>) {
-    let (tx, rx) = crate::reclaim::channel();
+    let (tx, rx) = crate::lease::channel();
     let (asks, refuse) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     lease_thread(rx, Arc::clone(&asks), Arc::clone(&refuse));
     let like = RamStore::new(1, RamOptions::default()).unwrap().info();

@@ -14,7 +14,7 @@
 //! daemon (`Ask::Home`) as demand, so the node stays a client meanwhile
 //! rather than flickering to neutral between two asks.
 
-use crate::reclaim::Ear;
+use super::Ear;
 use memlend_pool::api::Ask;
 use memlend_store::layer::relocate::{self, RelocateOptions};
 use memlend_store::PAGE_SIZE;
@@ -31,16 +31,16 @@ const GRANT_WAIT: Duration = Duration::from_secs(2);
 const MOVE_DEADLINE: Duration = Duration::from_secs(20);
 
 /// When the lease thread next asks, and how long it waits after a refusal.
-pub(crate) struct Homecoming {
+pub(crate) struct BackToLease {
     pub(crate) next: Instant,
     pub(crate) pause: Duration,
     /// Bytes at home the daemon was last told of.
     reported: u64,
 }
 
-impl Homecoming {
-    pub(crate) fn new() -> Homecoming {
-        Homecoming { next: Instant::now() + RETURN_FIRST, pause: RETURN_FIRST, reported: 0 }
+impl BackToLease {
+    pub(crate) fn new() -> BackToLease {
+        BackToLease { next: Instant::now() + RETURN_FIRST, pause: RETURN_FIRST, reported: 0 }
     }
 
     /// Something just went home: ask soon, whatever the backoff was.
@@ -61,24 +61,24 @@ impl Ear {
     pub(crate) fn report_home(&mut self) {
         let waiting = self.members.iter().filter(|m| m.lease.is_none() && m.may_return);
         let bytes = waiting.map(|m| m.pages * PAGE_SIZE as u64).sum();
-        if bytes != self.homecoming.reported {
-            self.homecoming.reported = bytes;
+        if bytes != self.back_to_lease.reported {
+            self.back_to_lease.reported = bytes;
             let _ = self.client.ask(&Ask::Home { bytes });
         }
     }
 
     /// If it is time, move one member at home back to a new lease.
     pub(crate) fn bring_back(&mut self) {
-        if Instant::now() < self.homecoming.next {
+        if Instant::now() < self.back_to_lease.next {
             return;
         }
         let Some(i) = self.members.iter().position(|m| m.lease.is_none() && m.may_return) else {
-            self.homecoming.next = Instant::now() + RETURN_MAX;
+            self.back_to_lease.next = Instant::now() + RETURN_MAX;
             return;
         };
         let pages = self.members[i].pages;
         let Some((target, g)) = self.replacement(pages, GRANT_WAIT) else {
-            return self.homecoming.refused();
+            return self.back_to_lease.refused();
         };
         let start = Instant::now();
         let opts = RelocateOptions {
@@ -99,13 +99,13 @@ impl Ear {
                     g.donor_name
                 );
                 // More may be waiting: look again at once.
-                self.homecoming.next = Instant::now();
-                self.homecoming.pause = RETURN_FIRST;
+                self.back_to_lease.next = Instant::now();
+                self.back_to_lease.pause = RETURN_FIRST;
             }
             Err(e) => {
                 tracing::warn!(error = %e, %from, "could not move pages back to a lease");
                 self.release(std::slice::from_ref(&g));
-                self.homecoming.refused();
+                self.back_to_lease.refused();
             }
         }
     }

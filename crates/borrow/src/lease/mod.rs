@@ -1,22 +1,33 @@
-//! The region's ear to the daemon: when a donor reclaims a lease, move that
-//! lease's pages elsewhere before the deadline — to a new lease if the
-//! cluster has one, else home (the SSD tier if configured, else local RAM)
-//! — then release it. The program keeps running throughout; `Relocatable`
-//! keeps every page readable and every write kept while pages move.
+//! The lease agent: when a region borrows from the cluster (`--pool`), one
+//! thread per region, its ear to the local `memlendd`, follows the region's
+//! leases for as long as it lives. `open::cluster` opens the region and
+//! hands it over ([`Handoff`], [`spawn`]); from then on the agent
+//!
+//! - leases each later segment when it is first written to (`grow.rs`),
+//!   asking the daemon for grants and opening them (`grants.rs`);
+//! - moves a reclaimed lease's pages to another lease or home before the
+//!   deadline, and stands in for a lost one (`reclaim.rs`);
+//! - brings pages that went home back to a lease when the cluster has room
+//!   again (`back_to_lease.rs`);
+//! - reports each lease's activity and what waits at home to the daemon.
 
-use crate::grow::Grow;
-use crate::homecoming::Homecoming;
-use crate::pool::Member;
+mod back_to_lease;
+mod grants;
+pub mod grow;
+mod reclaim;
+
+pub(crate) use grants::{backed_by_ssd, open_lease};
+
 use crate::Copies;
 use anyhow::Result;
+use back_to_lease::BackToLease;
 use memlend_pool::api::{Ask, Client, Tell};
 use memlend_remote::ClientConfig;
-use memlend_store::layer::relocate::{self, Progress, RelocateOptions};
-use memlend_store::layer::Lost;
-use memlend_store::ram::{RamOptions, RamStore};
-use memlend_store::{PageStore, PAGE_SIZE};
+use memlend_store::layer::relocate::Relocatable;
+use memlend_store::layer::Stats;
+use memlend_store::PageStore;
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +48,33 @@ pub enum Event {
     Gone(String),
 }
 
+/// A segment's request for its lease, answered by the region's lease
+/// thread with the store to write to, or why there is none.
+pub struct Grow {
+    pub segment: usize,
+    pub pages: u64,
+    pub reply: SyncSender<Result<Arc<dyn PageStore>, String>>,
+}
+
+/// One lease (or a home store) inside the region.
+pub struct Member {
+    /// `(donor, lease)`; `None` once the pages moved home.
+    pub lease: Option<(u64, u64)>,
+    pub donor_name: String,
+    pub pages: u64,
+    pub reloc: Arc<Relocatable>,
+    pub stats: Arc<Stats<Arc<Relocatable>>>,
+    /// At home, it may go back to a lease (`back_to_lease.rs`).
+    pub may_return: bool,
+}
+
+pub fn member(lease: Option<(u64, u64)>, donor_name: &str, store: Arc<dyn PageStore>) -> Member {
+    let pages = store.info().pages;
+    let reloc = Arc::new(Relocatable::new(store));
+    let stats = Arc::new(Stats::new(Arc::clone(&reloc)));
+    Member { lease, donor_name: donor_name.to_string(), pages, reloc, stats, may_return: true }
+}
+
 pub(crate) struct Ear {
     pub(crate) client: Client,
     pub(crate) events: Receiver<Event>,
@@ -54,10 +92,10 @@ pub(crate) struct Ear {
     /// Where the mirrors of leases added later are counted.
     pub(crate) copies: Copies,
     /// When pages at home next ask for a lease.
-    pub(crate) homecoming: Homecoming,
+    pub(crate) back_to_lease: BackToLease,
 }
 
-/// How `pool::open` hands the region to its lease thread.
+/// How `open::cluster::open` hands the region to its lease thread.
 pub struct Handoff {
     pub client: Client,
     pub members: Vec<Member>,
@@ -98,7 +136,7 @@ pub fn spawn(
         backed: h.backed,
         segments,
         copies: h.copies,
-        homecoming: Homecoming::new(),
+        back_to_lease: BackToLease::new(),
     };
     std::thread::Builder::new().name("memlend-pool".into()).spawn(move || ear.run())?;
     Ok(())
@@ -171,87 +209,6 @@ impl Ear {
         }
     }
 
-    fn reclaim(&mut self, donor: u64, lease: u64, deadline_ms: u64) {
-        let Some(i) = self.members.iter().position(|m| m.lease == Some((donor, lease))) else {
-            let _ = self.client.ask(&Ask::Release { donor, lease });
-            return;
-        };
-        let start = Instant::now();
-        let deadline = start + Duration::from_millis(deadline_ms);
-        let pages = self.members[i].pages;
-        let from = self.members[i].donor_name.clone();
-        tracing::info!(%from, lease, pages, deadline_ms, "reclaimed: moving the lease's pages");
-        let wait = Duration::from_millis(deadline_ms / 4).min(Duration::from_secs(5));
-        let (target, to, new_lease) = match self.replacement(pages, wait) {
-            Some((store, g)) => (store, g.donor_name.clone(), Some((g.donor, g.lease))),
-            None => match home_store(self.home.as_deref(), pages) {
-                Ok((s, name)) => (s, name, None),
-                Err(e) => {
-                    tracing::error!(error = %e, "no place to move reclaimed pages to");
-                    return;
-                }
-            },
-        };
-        // Big batches: each costs one round trip to the donor (the remote
-        // store pipelines its pieces), so 4 MiB batches keep a 40 ms link
-        // busy where 256 KiB ones moved 3 MB/s. Writers to a batch's pages
-        // wait for it, a few ms on a LAN.
-        let opts =
-            RelocateOptions { deadline: Some(deadline), batch_pages: relocate::MAX_BATCH_PAGES };
-        let progress = |p: Progress| {
-            if p.pages_copied.is_multiple_of(16_384) || p.pages_copied == p.pages_total {
-                tracing::info!(copied = p.pages_copied, total = p.pages_total, "moving pages");
-            }
-        };
-        match self.members[i].reloc.relocate(target, opts, &progress) {
-            Ok(_) => {
-                let _ = self.client.ask(&Ask::Release { donor, lease });
-                let m = &mut self.members[i];
-                m.lease = new_lease;
-                m.donor_name = to.clone();
-                if new_lease.is_none() {
-                    self.homecoming.soon();
-                }
-                let ms = start.elapsed().as_millis();
-                tracing::info!(%from, %to, pages, ms, "moved a reclaimed lease");
-                eprintln!(
-                    "memlend: donor {from} reclaimed {} MiB; moved to {to} in {ms} ms",
-                    (pages * PAGE_SIZE as u64) >> 20
-                );
-            }
-            Err(e) => {
-                tracing::error!(error = %e, %from, "could not move a reclaimed lease before its deadline");
-                if let Some((d, l)) = new_lease {
-                    let _ = self.client.ask(&Ask::Release { donor: d, lease: l });
-                }
-            }
-        }
-    }
-
-    /// A lease with no other copy is gone: its pages now fail at once when
-    /// read (SIGBUS at the page, not a retry against a slab that no longer
-    /// exists), and new writes go home, so eviction keeps working.
-    fn lost(&mut self, donor: u64, lease: u64, why: &str) {
-        tracing::error!(donor, lease, %why, "a lease was lost: its pages can no longer be read");
-        let Some(m) = self.members.iter_mut().find(|m| m.lease == Some((donor, lease))) else {
-            return;
-        };
-        let why = format!("lease {lease} from {} was lost ({why})", m.donor_name);
-        let home = match home_store(self.home.as_deref(), m.pages) {
-            Ok((s, _)) => s,
-            Err(e) => return tracing::error!(error = %e, "no home for a lost lease's new writes"),
-        };
-        let stand_in = Lost::new(home, m.pages, &why).map_err(anyhow::Error::from);
-        match stand_in.and_then(|l| Ok(m.reloc.replace(Arc::new(l))?)) {
-            Ok(_gone) => {
-                m.lease = None;
-                m.may_return = false;
-                eprintln!("memlend: {why}: reading one of its {} pages now raises SIGBUS", m.pages);
-            }
-            Err(e) => tracing::error!(error = %e, "cannot stand in for a lost lease"),
-        }
-    }
-
     fn report_activity(&mut self) {
         for (i, m) in self.members.iter().enumerate() {
             let snap = m.stats.snapshot();
@@ -269,16 +226,5 @@ impl Ear {
     }
 }
 
-/// Where pages go when no donor takes them: the SSD directory, else RAM.
-pub(crate) fn home_store(dir: Option<&Path>, pages: u64) -> Result<(Arc<dyn PageStore>, String)> {
-    if let Some(dir) = dir {
-        let o = crate::ssd::open(dir, Some(pages))?;
-        return Ok((o.store, format!("home ({})", o.describe)));
-    }
-    let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, RamOptions::default())?);
-    Ok((s, "home (RAM)".into()))
-}
-
 #[cfg(test)]
-#[path = "reclaim_tests.rs"]
 mod tests;

@@ -10,7 +10,8 @@
 //! SSD file behind it. `erasure`: one slab per donor, n-m of data and m of
 //! parity (`layer::erasure`).
 
-use crate::{donors, ssd, Opened, Placement, STRIPE_CHUNK_PAGES};
+use super::{donors, ssd};
+use crate::{Opened, Placement, STRIPE_CHUNK_PAGES};
 use anyhow::{bail, Context, Result};
 use memlend_remote::ClientConfig;
 use memlend_store::layer::mirror::{SpareFn, SpareRequest};
@@ -192,8 +193,8 @@ impl Spares {
     fn slab(&self, addr: SocketAddr, pages: u64) -> Result<Arc<dyn PageStore>> {
         let mut attempt = 1;
         loop {
-            match crate::seal::open(addr, &self.cfg, pages, self.encrypt) {
-                Ok(store) => return crate::seal::wrap(store, self.encrypt),
+            match super::seal::open(addr, &self.cfg, pages, self.encrypt) {
+                Ok(store) => return super::seal::wrap(store, self.encrypt),
                 Err(e) if e.is_transport() && attempt < OPEN_ATTEMPTS => {
                     tracing::warn!(%addr, error = %e, attempt, "opening a copy failed; again");
                     attempt += 1;

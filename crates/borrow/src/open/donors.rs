@@ -57,9 +57,9 @@ fn open_slab(
     pages: u64,
     encrypt: bool,
 ) -> Result<Arc<dyn PageStore>> {
-    let slab = crate::seal::open(addr, cfg, pages, encrypt)
+    let slab = super::seal::open(addr, cfg, pages, encrypt)
         .with_context(|| format!("cannot open {} on donor {addr}", size(pages)))?;
-    crate::seal::wrap(slab, encrypt)
+    super::seal::wrap(slab, encrypt)
 }
 
 /// Pages each donor can still promise, whole stripe chunks, for an even

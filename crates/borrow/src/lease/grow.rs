@@ -9,6 +9,7 @@
 //! small ones while a region is young. Offsets are fixed, so the preload
 //! shim's arena, which allocates from the low end, fills segments in order.
 
+use super::{Event, Grow};
 use memlend_store::layer::on_demand::{OnDemand, Open};
 use memlend_store::{PageStore, StoreInfo, PAGE_SIZE};
 use std::sync::mpsc::{self, SyncSender};
@@ -58,16 +59,8 @@ pub fn first_bytes() -> anyhow::Result<u64> {
     Ok(bytes.max(MIN_FIRST_BYTES).div_ceil(MIN_FIRST_BYTES) * MIN_FIRST_BYTES)
 }
 
-/// A segment's request for its lease, answered by the region's lease
-/// thread with the store to write to, or why there is none.
-pub struct Grow {
-    pub segment: usize,
-    pub pages: u64,
-    pub reply: SyncSender<Result<Arc<dyn PageStore>, String>>,
-}
-
 /// Where a segment's `Grow` goes, as one of the lease thread's events.
-pub type Asks = SyncSender<crate::reclaim::Event>;
+pub type Asks = SyncSender<Event>;
 
 /// A segment not yet leased: an `on_demand` store (it reads as zeros until
 /// written) whose `open` asks the region's lease thread for the segment's
@@ -82,7 +75,7 @@ fn ask(segment: usize, pages: u64, asks: &Asks) -> Result<Arc<dyn PageStore>, St
     let (reply, answer) = mpsc::sync_channel(1);
     let grow = Grow { segment, pages, reply };
     let gone = || "the region's lease thread has stopped".to_string();
-    asks.send(crate::reclaim::Event::Grow(grow)).map_err(|_| gone())?;
+    asks.send(Event::Grow(grow)).map_err(|_| gone())?;
     // The lease thread may be moving a reclaimed lease: wait a little
     // longer than it waits for the cluster.
     match answer.recv_timeout(GROW_WAIT + Duration::from_secs(2)) {

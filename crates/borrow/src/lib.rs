@@ -1,0 +1,100 @@
+//! Borrowing far memory: where a region keeps its pages, chosen when it is
+//! created, and, when they are on leases from the cluster, the agent that
+//! follows those leases while the region lives. Two wings:
+//!
+//! - [`open`]: opening a far store for a [`Placement`]: one donor, a stripe
+//!   over several, a second home for every page (redundancy), leases from
+//!   the cluster cut into segments, or a file on local SSD (NEC's "SSD as
+//!   memory", and the default when no donor is named);
+//! - [`lease`]: the lease agent, one thread per region borrowed from the
+//!   cluster: grants, growth as the region fills, reclaims, lost leases,
+//!   and the way back to a lease for pages that went home.
+//!
+//! [`env`] carries a placement through the environment, from `memlend run`
+//! to its preload shim. Every front door (`memlend far`, `memlend run`'s
+//! preload shim, the C ABI and Python) opens its store here, so they size,
+//! name and clean up stores the same way.
+
+pub mod env;
+pub mod lease;
+pub mod open;
+
+pub use open::redundant::Redundancy;
+
+use memlend_store::PageStore;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Chunk of a stripe over several donors: big enough that a sequential run
+/// stays on one donor for a while, small enough to spread a hot set.
+pub const STRIPE_CHUNK_PAGES: u64 = 64;
+
+/// The largest store opened when no size is given (sparse, so only what is
+/// written costs anything).
+pub const DEFAULT_MAX_PAGES: u64 = (64 << 30) / memlend_store::PAGE_SIZE as u64;
+
+/// Where the pages go, and the credentials to get there.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// Donors' page-protocol addresses; pages are striped over all of them.
+    pub donors: Vec<SocketAddr>,
+    /// A local file for the pages: a new path, a directory (a fresh file is
+    /// made inside it), or a block device. Used when `donors` is empty;
+    /// `None` then means [`default_ssd_dir`].
+    pub ssd: Option<PathBuf>,
+    /// The cluster key file, for donors.
+    pub key: Option<PathBuf>,
+    /// Talk to donors that run without a key.
+    pub insecure: bool,
+    /// Borrow from the cluster through the local memlendd's API socket
+    /// instead of naming donors. `ssd`, if given, is where reclaimed pages
+    /// go home when no other donor has room.
+    pub pool: Option<PathBuf>,
+    /// A second home for every page (needs donors).
+    pub redundancy: Redundancy,
+    /// Keep pages that leave this machine in plain text (see [`Placement::open`]).
+    pub no_encrypt: bool,
+}
+
+/// A store opened for a placement.
+pub struct Opened {
+    pub store: Arc<dyn PageStore>,
+    pub pages: u64,
+    /// For logs: "donor 10.0.0.2:7070", "3 donors", "file /var/tmp/...".
+    pub describe: String,
+    /// The layers under the store that keep second copies, for their
+    /// health counters.
+    pub copies: Copies,
+}
+
+/// The mirrors and erasure-coded stores under a store.
+#[derive(Clone, Default)]
+pub struct Copies {
+    pub mirrors: Vec<Arc<memlend_store::layer::Mirror>>,
+    pub erasures: Vec<Arc<memlend_store::layer::Erasure>>,
+    /// Mirrors made while the store runs (leases added as a region fills).
+    pub later: Arc<parking_lot::Mutex<Vec<Arc<memlend_store::layer::Mirror>>>>,
+}
+
+impl Copies {
+    /// Their counters, summed (all zero without redundancy).
+    pub fn stats(&self) -> memlend_store::layer::MirrorStats {
+        open::redundant::sum_stats(self)
+    }
+}
+
+impl Opened {
+    pub fn mirror_stats(&self) -> memlend_store::layer::MirrorStats {
+        self.copies.stats()
+    }
+}
+
+pub(crate) fn human_pages(pages: u64) -> String {
+    memlend_node::size::human(pages * memlend_store::PAGE_SIZE as u64)
+}
+
+/// `$MEMLEND_SSD_DIR`, else `/var/tmp` (on disk, unlike a tmpfs `/tmp`).
+pub fn default_ssd_dir() -> PathBuf {
+    std::env::var_os("MEMLEND_SSD_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp".into())
+}
