@@ -16,6 +16,15 @@ skipped=$(grep -c . <<<"$skips" || true)
 passed=$((passed - skipped))
 echo "$passed passed, $failed failed, $skipped skipped ($ignored ignored)"
 [ -z "$skips" ] || sed 's/^SKIPPED: /  skipped: /' <<<"$skips"
+# Name the failures last, where a log cut to its tail still shows them, with
+# each one's captured output (cargo prints it under "---- NAME stdout ----").
+fails=$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' | sort -u || true)
+if [ -n "$fails" ]; then
+  echo "failed tests:"
+  sed 's/^/  /' <<<"$fails"
+  awk '/^---- .* stdout ----$/ { show = 1; n = 0 } /^failures:$/ && show { show = 0 }
+       show && n++ < 40 { print "  | " $0 }' "$log"
+fi
 if [ "$failed" -ne 0 ] || [ "$passed" -le 0 ] || grep -q '^error' "$log"; then
   exit 1
 fi
