@@ -72,6 +72,12 @@ pub struct RunArgs {
     /// that came back after an eviction before.
     #[arg(long, default_value = "off", value_parser = ["lz4", "lz4-all", "off"])]
     pub compress: String,
+    /// The largest aligned block, in pages (up to 16), that a fault from
+    /// the store reads around its page, as kernel swap reads
+    /// `vm.page-cluster` pages. Used only while probes show that most of
+    /// the pages beside would have been faulted on soon; 0 or 1: never.
+    #[arg(long, value_name = "PAGES", default_value_t = 16)]
+    pub read_block: usize,
     /// Record each process's page accesses into DIR/<pid>.trace, for
     /// `memlend replay`. The process then keeps only 1 MiB of far pages
     /// resident (so nearly every access faults) and runs far slower.
@@ -213,7 +219,8 @@ fn set_env(
         .env(shim::FAR, far.to_string())
         .env(shim::THRESHOLD, a.threshold.to_string())
         .env(shim::STATS_DIR, stats)
-        .env(shim::COMPRESS, &a.compress);
+        .env(shim::COMPRESS, &a.compress)
+        .env(shim::READ_BLOCK_PAGES, a.read_block.to_string());
     match a.mem {
         Some(mem) => cmd.env(shim::MEM, mem.to_string()),
         None => cmd.env_remove(shim::MEM),

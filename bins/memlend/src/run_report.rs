@@ -70,6 +70,14 @@ pub fn print(
             sum(reports, "faults_from_staging"),
         );
     }
+    if sum(reports, "block_reads") > 0 {
+        eprintln!(
+            "memlend run: {} store faults read their aligned block too, {} pages beside them (blocks of up to {} pages at exit)",
+            sum(reports, "block_reads"),
+            sum(reports, "pages_read_beside"),
+            reports.iter().filter_map(|r| r["block_pages"].as_u64()).max().unwrap_or(1),
+        );
+    }
     let from_store = sum(reports, "faults_from_store");
     if from_store > 0 {
         let mean_us = |key| sum(reports, key) as f64 / from_store as f64 / 1000.0;

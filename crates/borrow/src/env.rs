@@ -30,6 +30,9 @@ pub const MEM: &str = "MEMLEND_MEM";
 /// "lz4" or "off" (the default): keep evicted pages that compress in a
 /// local pool carved from the budget.
 pub const COMPRESS: &str = "MEMLEND_COMPRESS";
+/// The largest aligned block, in pages, a store fault reads around its page
+/// (below 2: none); see `memlend_fault::Tuning::read_block_pages_max`.
+pub const READ_BLOCK_PAGES: &str = "MEMLEND_READ_BLOCK_PAGES";
 /// Directory for a page-access trace of each process, `<pid>.trace`; a
 /// tracing process keeps a tiny budget (see `memlend_fault::trace`).
 pub const TRACE_DIR: &str = "MEMLEND_TRACE_DIR";

@@ -104,6 +104,12 @@ pub(crate) struct Handler {
     /// to copy over them (grown to the longest run seen, at most a window).
     pub zero_ahead_pages: Vec<u32>,
     pub zero_run: Vec<u8>,
+    /// Whether a store read takes the faulting page's block (`read_block.rs`),
+    /// the buffer for the other pages of it (`None` if blocks are off),
+    /// and which pages were read into it.
+    pub neighbours: crate::read_block::Neighbours,
+    pub block_buf: Option<crate::mem::PageBuf>,
+    pub beside: Vec<u32>,
     /// The compressed local tier, if on (`zpool.rs`).
     pub zpool: Option<crate::zpool::ZPool>,
     /// Every fault goes here too, if tracing (`trace.rs`).

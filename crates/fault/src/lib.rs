@@ -31,6 +31,7 @@ mod moveout;
 #[cfg(test)]
 mod policy_tests;
 mod prefetch;
+mod read_block;
 mod region;
 mod resolve;
 mod state;

@@ -204,7 +204,7 @@ impl Handler {
     /// was no faster, and its buffers (staging, ciphertext, the write-back
     /// connection's) pushed `memlend run` over a cgroup limit of budget +
     /// 16 MiB (the far_micro memlend-ssd-cg peer).
-    fn room_for(&mut self, count: usize) -> usize {
+    pub(crate) fn room_for(&mut self, count: usize) -> usize {
         let batch_pages = self.batch.pages().max(WINDOW_BATCH_PAGES.min(self.batch.max()));
         // Each batch frees up to `batch_pages`; a batch that frees none
         // (every victim kept) ends the loop through the bound.
@@ -222,7 +222,7 @@ impl Handler {
     /// few write-protected (`Clean`), as `intent.rs` says, the rest
     /// writable (`Dirty`). Stops at the first refusal (EAGAIN while an
     /// event is queued): pages not mapped stay `InStore`.
-    fn map_prefetched(&mut self, pages: &[u32], buf: &[u8]) {
+    pub(crate) fn map_prefetched(&mut self, pages: &[u32], buf: &[u8]) {
         let clean = self.intent.window_clean_pages(pages.len());
         let (head, tail) = buf.split_at(clean * PAGE_SIZE);
         let mut mapped = self.map_runs(&pages[..clean], head, PageState::Clean);

@@ -41,6 +41,10 @@ impl Default for RegionConfig {
 pub struct Tuning {
     /// Victim selection; S3-FIFO unless asked otherwise.
     pub policy: Policy,
+    /// Largest aligned block a store fault may read around its page, in
+    /// pages (`read_block.rs`: used only while it pays; below 2, or with
+    /// `prefetch_max_pages` 0, never).
+    pub read_block_pages_max: usize,
     /// Largest prefetch window, in pages (0: no prefetch). The window used
     /// is also at most a sixteenth of the budget.
     pub prefetch_max_pages: usize,
@@ -77,6 +81,7 @@ impl Tuning {
     pub fn tracing(path: std::path::PathBuf) -> Tuning {
         Tuning {
             prefetch_max_pages: 0,
+            read_block_pages_max: 0,
             write_intent: false,
             zero_ahead: false,
             compress: false,
@@ -135,6 +140,7 @@ impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
             policy: Policy::default(),
+            read_block_pages_max: crate::read_block::READ_BLOCK_PAGES_MAX,
             prefetch_max_pages: PREFETCH_MAX_PAGES,
             low_water_pages: None,
             spin_us: 0,
@@ -191,6 +197,15 @@ impl Region {
             .map(|_| PageBuf::new(window_pages))
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(FaultError::os("mmap prefetch buffers"))?;
+        // No prefetch means nothing read ahead of a fault, blocks included.
+        let block_pages = match tuning.prefetch_max_pages {
+            0 => 0,
+            _ => tuning.read_block_pages_max.min(crate::read_block::READ_BLOCK_PAGES_MAX),
+        };
+        let block_buf = match block_pages {
+            0 | 1 => None,
+            pages => Some(PageBuf::new(pages).map_err(FaultError::os("mmap block buffer"))?),
+        };
         let reserve_pages = reserve_pages(config.budget_pages, staging_pages, window_pages);
         let staging =
             Arc::new(Mapping::new(staging_pages).map_err(FaultError::os("mmap staging"))?);
@@ -260,6 +275,9 @@ impl Region {
             spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
             follow: crate::cpu::Follow::new(tuning.follow_faulter),
             recent_gap: std::time::Duration::ZERO,
+            neighbours: crate::read_block::Neighbours::new(block_pages),
+            block_buf,
+            beside: Vec::with_capacity(crate::read_block::READ_BLOCK_PAGES_MAX),
             zpool,
             trace,
         };

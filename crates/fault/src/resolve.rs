@@ -184,11 +184,12 @@ impl Handler {
         let reading = Instant::now();
         let fill = if self.take_from_pool(page) { Fill::Pool } else { Fill::Store };
         if let Fill::Store = fill {
-            let read = self.read_page(page);
+            let read = self.read_for_fault(page);
             if let Some(pool) = self.zpool.as_mut() {
                 pool.far_miss(page);
             }
             if let Err(e) = read {
+                self.beside.clear();
                 tracing::error!("fault handler: store read of page {page} failed: {e}");
                 return match self.poison(page) {
                     Step::Done => Ok(()),
@@ -214,6 +215,10 @@ impl Handler {
         Counters::add(map_ns, elapsed_ns(mapping));
         latency.record_ns(elapsed_ns(reading));
         self.adapt_pool();
+        match result {
+            Ok(()) => self.map_beside(),
+            Err(_) => self.beside.clear(),
+        }
         self.undo_if_failed(page, PageState::InStore, fill, result)
     }
 
@@ -273,7 +278,7 @@ impl Handler {
         result
     }
 
-    fn read_page(&mut self, page: u32) -> StoreResult<()> {
+    pub(crate) fn read_page(&mut self, page: u32) -> StoreResult<()> {
         let mut ops = [ReadOp { page: u64::from(page), buf: self.page_buf.bytes_mut(PAGE_SIZE) }];
         let mut last = self.store.read(&mut ops);
         for pause in READ_PAUSES {

@@ -31,6 +31,9 @@ pub(crate) struct Counters {
     pub waited_on_fetch: AtomicU64,
     pub handler_moves: AtomicU64,
     pub prefetch_reads: AtomicU64,
+    pub block_reads: AtomicU64,
+    pub pages_read_beside: AtomicU64,
+    pub block_pages: AtomicU64,
     pub store_pages_mapped_writable: AtomicU64,
     pub handler_failures: AtomicU64,
     pub store_read_ns: AtomicU64,
@@ -144,6 +147,12 @@ pub struct HandlerStats {
     pub faults_from_staging: u64,
     /// Prefetch windows handed to the fetch thread (one store read each).
     pub prefetch_reads: u64,
+    /// Store faults that read the aligned block around their page
+    /// (`read_block.rs`), the other pages of those blocks read and mapped (also
+    /// in `pages_prefetched`), and the block size in use now (1: none).
+    pub block_reads: u64,
+    pub pages_read_beside: u64,
+    pub block_pages: u64,
     /// Faults on pages of a prefetch window still being read: the faulting
     /// thread waited for that read instead of making its own.
     pub faults_waited_on_fetch: u64,
@@ -259,6 +268,9 @@ impl Counters {
             faults_from_staging: self.from_staging.load(Relaxed),
             faults_waited_on_fetch: self.waited_on_fetch.load(Relaxed),
             prefetch_reads: self.prefetch_reads.load(Relaxed),
+            block_reads: self.block_reads.load(Relaxed),
+            pages_read_beside: self.pages_read_beside.load(Relaxed),
+            block_pages: self.block_pages.load(Relaxed),
             store_pages_mapped_writable: self.store_pages_mapped_writable.load(Relaxed),
             handler_moves: self.handler_moves.load(Relaxed),
             handler_failures: self.handler_failures.load(Relaxed),

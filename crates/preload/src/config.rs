@@ -28,6 +28,9 @@ pub struct Config {
     /// The largest prefetch window, in pages (0: no prefetch); unset, the
     /// region's default. For measuring what prefetch gives a program.
     pub prefetch_max_pages: Option<usize>,
+    /// The largest block a store fault reads around its page, in pages
+    /// (below 2: none); unset, the region's default. For measuring too.
+    pub read_block_pages_max: Option<usize>,
     /// The whole process stays within this (`MEMLEND_MEM`): the far budget
     /// is what the rest of the process leaves of it.
     pub mem_bytes: Option<u64>,
@@ -61,12 +64,8 @@ pub fn from_env() -> Result<Option<Config>> {
         Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4, lz4-all or off"),
     };
     let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;
-    let prefetch_max_pages = match var(ENV_PREFETCH_MAX_PAGES) {
-        Some(v) => Some(v.parse::<usize>().map_err(|e| {
-            anyhow::anyhow!("{ENV_PREFETCH_MAX_PAGES}={v}: not a page count ({e})")
-        })?),
-        None => None,
-    };
+    let prefetch_max_pages = pages(ENV_PREFETCH_MAX_PAGES)?;
+    let read_block_pages_max = pages(memlend_borrow::env::READ_BLOCK_PAGES)?;
     Ok(Some(Config {
         local_bytes,
         far_bytes,
@@ -76,6 +75,7 @@ pub fn from_env() -> Result<Option<Config>> {
         compress,
         pool_admits_all,
         prefetch_max_pages,
+        read_block_pages_max,
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
     }))
@@ -83,6 +83,14 @@ pub fn from_env() -> Result<Option<Config>> {
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// A page count from `name`, if set.
+fn pages(name: &str) -> Result<Option<usize>> {
+    let Some(v) = var(name) else { return Ok(None) };
+    let pages =
+        v.parse::<usize>().map_err(|e| anyhow::anyhow!("{name}={v}: not a page count ({e})"))?;
+    Ok(Some(pages))
 }
 
 fn bytes(name: &str, v: &str) -> Result<u64> {

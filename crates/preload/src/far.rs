@@ -135,6 +135,9 @@ fn build(cfg: &Config) -> Result<Heap> {
         pool_admits_all: cfg.pool_admits_all,
         ..Tuning::default()
     };
+    if let Some(pages) = cfg.read_block_pages_max {
+        tuning.read_block_pages_max = pages;
+    }
     if let Some(pages) = cfg.prefetch_max_pages {
         tuning.prefetch_max_pages = pages;
     }

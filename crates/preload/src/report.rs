@@ -106,7 +106,8 @@ pub fn stats_json() -> Option<String> {
          \"fault_store_latency_ns_p50\":{},\"fault_store_latency_ns_p99\":{},\
          \"fault_store_latency_ns_p999\":{},\"fault_pool_latency_ns_p50\":{},\
          \"fault_pool_latency_ns_p99\":{},\"fault_pool_latency_ns_p999\":{},\
-         \"budget_pages\":{},\"peak_rss_bytes\":{},\"staging_waits\":{},\"staging_wait_ns\":{},\"pool_pages_skipped\":{},",
+         \"budget_pages\":{},\"peak_rss_bytes\":{},\"staging_waits\":{},\"staging_wait_ns\":{},\"pool_pages_skipped\":{},\
+         \"block_reads\":{},\"pages_read_beside\":{},\"block_pages\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -129,6 +130,9 @@ pub fn stats_json() -> Option<String> {
         h.staging_waits,
         h.staging_wait_ns,
         h.pool_pages_skipped,
+        h.block_reads,
+        h.pages_read_beside,
+        h.block_pages,
     );
     let m = heap.copies.stats();
     let _ = write!(
