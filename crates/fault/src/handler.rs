@@ -87,7 +87,7 @@ pub(crate) struct Handler {
     /// failed): do not try again until a message comes.
     pub headroom_stalled: bool,
     /// Write-back failures, logged at most once per interval.
-    pub writeback_failures: crate::evict::FailureLog,
+    pub writeback_failures: crate::write_failures::FailureLog,
     /// How long to poll without sleeping before a sleeping wait.
     pub spin: Duration,
     /// The core this thread runs on follows the faulting threads.
@@ -284,7 +284,7 @@ impl Handler {
         self.budget_pages = target;
         self.counters.budget_pages.store(target as u64, Relaxed);
         if let Some(pool) = self.zpool.as_mut() {
-            pool.cap(crate::region::pool_pages_max(target - self.reserve_pages));
+            pool.cap(crate::zpool::pool_pages_max(target - self.reserve_pages));
         }
         self.headroom_stalled = false;
         self.publish_resident();

@@ -39,6 +39,7 @@ mod stats;
 pub mod trace;
 mod trend;
 mod uffd;
+mod write_failures;
 mod writeback;
 mod zpool;
 

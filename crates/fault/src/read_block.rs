@@ -18,13 +18,7 @@
 //! `EPOCH_PROBES` probes, the block size becomes the largest whose share of
 //! neighbours that would have been used reaches `ACCURACY_MIN_PCT`; if
 //! none does, neighbour reads stop (probes go on, so they start again when
-//! the program changes).
-
-use crate::handler::Handler;
-use crate::state::PageState;
-use crate::stats::Counters;
-use memlend_store::{ReadOp, StoreResult, PAGE_SIZE};
-use std::sync::atomic::Ordering::Relaxed;
+//! the program changes). The reading and mapping are in `resolve.rs`.
 
 /// The largest block read around a miss (64 KiB).
 pub const READ_BLOCK_PAGES_MAX: usize = 16;
@@ -152,75 +146,6 @@ impl Neighbours {
             .map_or(1, |i| SIZES[i]);
         self.epoch_probes = 0;
         self.epoch_hits = [0; SIZES.len()];
-    }
-}
-
-impl Handler {
-    /// Read `page` into the page buffer for its fault and, if `Neighbours`
-    /// says so, the pages of its block that only the store holds into the
-    /// block buffer, listed in `beside`, all in one store call. A failed
-    /// block read is tried again as the page alone.
-    pub(crate) fn read_for_fault(&mut self, page: u32) -> StoreResult<()> {
-        self.beside.clear();
-        if let Some((first, len)) = self.neighbours.miss(page) {
-            let last = (first + len as u32).min(self.pages);
-            for p in (first..last).filter(|&p| p != page) {
-                let only_in_store = self.table.get(p) == PageState::InStore
-                    && !self.fetcher.holds(p)
-                    && !self.writing.contains_key(&p);
-                if only_in_store {
-                    self.beside.push(p);
-                }
-            }
-        }
-        if !self.beside.is_empty() {
-            match self.read_with_beside(page) {
-                Ok(()) => return Ok(()),
-                Err(e) => tracing::debug!("fault handler: block read failed ({e}); page alone"),
-            }
-            self.beside.clear();
-        }
-        self.read_page(page)
-    }
-
-    /// One store read of `page` and the pages in `beside`, in page order.
-    fn read_with_beside(&mut self, page: u32) -> StoreResult<()> {
-        let Some(block) = self.block_buf.as_mut() else { return self.read_page(page) };
-        let mut ops = Vec::with_capacity(READ_BLOCK_PAGES_MAX);
-        let mut own = Some(self.page_buf.bytes_mut(PAGE_SIZE));
-        let mut rest = block.bytes_mut(self.beside.len() * PAGE_SIZE);
-        for &p in &self.beside {
-            if p > page {
-                if let Some(buf) = own.take() {
-                    ops.push(ReadOp { page: u64::from(page), buf });
-                }
-            }
-            let (buf, tail) = std::mem::take(&mut rest).split_at_mut(PAGE_SIZE);
-            rest = tail;
-            ops.push(ReadOp { page: u64::from(p), buf });
-        }
-        if let Some(buf) = own.take() {
-            ops.push(ReadOp { page: u64::from(page), buf });
-        }
-        self.store.read(&mut ops)
-    }
-
-    /// After the faulting page is mapped (its thread woken): map the pages
-    /// read beside it, write-protected, as far as the budget allows.
-    pub(crate) fn map_beside(&mut self) {
-        if self.beside.is_empty() {
-            return;
-        }
-        let pages = std::mem::take(&mut self.beside);
-        let block = self.block_buf.take().expect("a block buffer when pages were read beside");
-        let fit = self.room_for(pages.len());
-        Counters::add(&self.counters.block_reads, 1);
-        Counters::add(&self.counters.pages_read_beside, pages.len() as u64);
-        self.map_prefetched(&pages[..fit], block.bytes(fit * PAGE_SIZE));
-        self.block_buf = Some(block);
-        self.beside = pages;
-        self.beside.clear();
-        self.counters.block_pages.store(self.neighbours.block_pages() as u64, Relaxed);
     }
 }
 

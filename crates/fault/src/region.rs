@@ -113,21 +113,11 @@ fn reserve_pages(budget_pages: usize, staging_pages: usize, window_pages: usize)
     (staging_pages + MAX_IN_FLIGHT * window_pages).min(budget_pages / 4)
 }
 
-/// The compressed pool may take at most this share of the mapped budget:
-/// the rest stays for pages in use. (zswap's default cap is a fifth of
-/// RAM. At 3/4, redis with text values at a quarter local ran the pool to
-/// its cap and its hot pages cycled through it: 2.4 faults an operation.)
-const POOL_SHARE_MAX: (usize, usize) = (1, 2);
 /// Below this many pages of pool, compression is not worth its overhead.
 const POOL_PAGES_MIN: usize = 16;
 
-/// The most pages the pool may take of `mapped_pages`.
-pub(crate) fn pool_pages_max(mapped_pages: usize) -> usize {
-    mapped_pages * POOL_SHARE_MAX.0 / POOL_SHARE_MAX.1
-}
-
 fn pool_for(mapped_pages: usize, admits_all: bool) -> Result<Option<crate::zpool::ZPool>> {
-    let pool_pages = pool_pages_max(mapped_pages);
+    let pool_pages = crate::zpool::pool_pages_max(mapped_pages);
     if pool_pages < POOL_PAGES_MIN {
         return Ok(None);
     }

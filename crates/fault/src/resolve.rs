@@ -1,7 +1,9 @@
-//! Resolving one fault by the page's state: zero-fill, a store read, a WP
-//! fault on a clean page, or a message for a page mapped meanwhile.
+//! Resolving one fault by the page's state: zero-fill, a store read (with
+//! the block around the page when `read_block.rs` says so), a WP fault on a
+//! clean page, or a message for a page mapped meanwhile.
 
 use crate::handler::{Handler, Step};
+use crate::read_block::READ_BLOCK_PAGES_MAX;
 use crate::state::PageState;
 use crate::stats::Counters;
 use crate::uffd::{Fault, Uffd};
@@ -278,7 +280,7 @@ impl Handler {
         result
     }
 
-    pub(crate) fn read_page(&mut self, page: u32) -> StoreResult<()> {
+    fn read_page(&mut self, page: u32) -> StoreResult<()> {
         let mut ops = [ReadOp { page: u64::from(page), buf: self.page_buf.bytes_mut(PAGE_SIZE) }];
         let mut last = self.store.read(&mut ops);
         for pause in READ_PAUSES {
@@ -291,6 +293,73 @@ impl Handler {
             last = self.store.read(&mut ops);
         }
         last
+    }
+
+    /// Read `page` into the page buffer for its fault and, if `Neighbours`
+    /// says so, the pages of its block that only the store holds into the
+    /// block buffer, listed in `beside`, all in one store call. A failed
+    /// block read is tried again as the page alone.
+    fn read_for_fault(&mut self, page: u32) -> StoreResult<()> {
+        self.beside.clear();
+        if let Some((first, len)) = self.neighbours.miss(page) {
+            let last = (first + len as u32).min(self.pages);
+            for p in (first..last).filter(|&p| p != page) {
+                let only_in_store = self.table.get(p) == PageState::InStore
+                    && !self.fetcher.holds(p)
+                    && !self.writing.contains_key(&p);
+                if only_in_store {
+                    self.beside.push(p);
+                }
+            }
+        }
+        if !self.beside.is_empty() {
+            match self.read_with_beside(page) {
+                Ok(()) => return Ok(()),
+                Err(e) => tracing::debug!("fault handler: block read failed ({e}); page alone"),
+            }
+            self.beside.clear();
+        }
+        self.read_page(page)
+    }
+
+    /// One store read of `page` and the pages in `beside`, in page order.
+    fn read_with_beside(&mut self, page: u32) -> StoreResult<()> {
+        let Some(block) = self.block_buf.as_mut() else { return self.read_page(page) };
+        let mut ops = Vec::with_capacity(READ_BLOCK_PAGES_MAX);
+        let mut own = Some(self.page_buf.bytes_mut(PAGE_SIZE));
+        let mut rest = block.bytes_mut(self.beside.len() * PAGE_SIZE);
+        for &p in &self.beside {
+            if p > page {
+                if let Some(buf) = own.take() {
+                    ops.push(ReadOp { page: u64::from(page), buf });
+                }
+            }
+            let (buf, tail) = std::mem::take(&mut rest).split_at_mut(PAGE_SIZE);
+            rest = tail;
+            ops.push(ReadOp { page: u64::from(p), buf });
+        }
+        if let Some(buf) = own.take() {
+            ops.push(ReadOp { page: u64::from(page), buf });
+        }
+        self.store.read(&mut ops)
+    }
+
+    /// After the faulting page is mapped (its thread woken): map the pages
+    /// read beside it, write-protected, as far as the budget allows.
+    fn map_beside(&mut self) {
+        if self.beside.is_empty() {
+            return;
+        }
+        let pages = std::mem::take(&mut self.beside);
+        let block = self.block_buf.take().expect("a block buffer when pages were read beside");
+        let fit = self.room_for(pages.len());
+        Counters::add(&self.counters.block_reads, 1);
+        Counters::add(&self.counters.pages_read_beside, pages.len() as u64);
+        self.map_prefetched(&pages[..fit], block.bytes(fit * PAGE_SIZE));
+        self.block_buf = Some(block);
+        self.beside = pages;
+        self.beside.clear();
+        self.counters.block_pages.store(self.neighbours.block_pages() as u64, Relaxed);
     }
 
     /// The faulting thread gets SIGBUS at this page instead of waiting forever.

@@ -34,6 +34,16 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// The compressed pool may take at most this share of the mapped budget:
+/// the rest stays for pages in use. (zswap's default cap is a fifth of
+/// RAM. At 3/4, redis with text values at a quarter local ran the pool to
+/// its cap and its hot pages cycled through it: 2.4 faults an operation.)
+const POOL_SHARE_MAX: (usize, usize) = (1, 2);
+/// The most pages the pool may take of `mapped_pages`.
+pub(crate) fn pool_pages_max(mapped_pages: usize) -> usize {
+    mapped_pages * POOL_SHARE_MAX.0 / POOL_SHARE_MAX.1
+}
+
 const CHUNK_BYTES: usize = 256;
 const CHUNKS_PER_PAGE: usize = PAGE_SIZE / CHUNK_BYTES;
 /// A page that compresses to more than this goes to the store alone: it
