@@ -35,7 +35,7 @@ impl Handler {
             // Pages in flight to the store are dropped too; their write
             // may still land, on copies nothing reads (they are `Empty`).
             let (table, range) = (&mut self.table, first..first + count);
-            self.writing.retain(|&page, _| {
+            self.eviction.writing.retain(|&page, _| {
                 let keep = !range.contains(&page);
                 if !keep {
                     table.emptied(page);

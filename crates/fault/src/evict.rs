@@ -12,6 +12,31 @@ use memlend_store::PAGE_SIZE;
 use std::io;
 use std::time::Instant;
 
+/// What eviction owns: where victims go, the thread that writes them, and
+/// how many go at once.
+pub(crate) struct Eviction {
+    /// Registered with the handler's `staging_uffd` (UFFDIO_MOVE wants that
+    /// of its target); `HALVES` halves of one slot per page of the largest
+    /// eviction batch. A half is empty unless a batch is in it.
+    pub staging: std::sync::Arc<crate::mem::Mapping>,
+    /// The write-back thread, and the pages it holds: page -> staging slot.
+    /// At most `HALVES` batches, so bounded by the staging size.
+    pub writer: crate::writeback::Writer,
+    pub writing: std::collections::HashMap<u32, usize>,
+    /// Pages per eviction batch, adapted to the store's write latency;
+    /// `staging` has room for its maximum.
+    pub batch: crate::batch::BatchSize,
+    pub victims: Vec<u32>,
+    /// Keep this many pages free below the budget when idle (eviction
+    /// ahead of need); 0 turns it off.
+    pub low_water_pages: usize,
+    /// The last eviction ahead freed nothing (victims kept, write-back
+    /// failed): do not try again until a message comes.
+    pub headroom_stalled: bool,
+    /// Write-back failures, logged at most once per interval.
+    pub failures: crate::write_failures::FailureLog,
+}
+
 /// A victim in staging: (slot, page).
 type Staged = (usize, u32);
 
@@ -28,8 +53,8 @@ impl Handler {
     pub(crate) fn wants_headroom(&self) -> bool {
         let free = self.mapped_budget().saturating_sub(self.table.resident());
         let over = self.table.held().saturating_sub(self.budget_pages);
-        let ready = !self.headroom_stalled && self.writer.free_half().is_some();
-        ready && free < self.low_water_pages.min(over)
+        let ready = !self.eviction.headroom_stalled && self.eviction.writer.free_half().is_some();
+        ready && free < self.eviction.low_water_pages.min(over)
     }
 
     /// One batch, ahead of need; the serve loop polls for faults between
@@ -37,10 +62,14 @@ impl Handler {
     pub(crate) fn evict_ahead(&mut self) {
         let before = self.table.resident();
         // On a slow store any write costs a round trip: take a whole batch.
-        let pages = if self.batch.slow() { self.batch.pages() } else { AHEAD_BATCH_PAGES };
-        self.evict(pages.min(self.batch.pages()));
+        let pages = if self.eviction.batch.slow() {
+            self.eviction.batch.pages()
+        } else {
+            AHEAD_BATCH_PAGES
+        };
+        self.evict(pages.min(self.eviction.batch.pages()));
         Counters::add(&self.counters.eviction_batches_ahead, 1);
-        self.headroom_stalled = self.table.resident() >= before;
+        self.eviction.headroom_stalled = self.table.resident() >= before;
         self.publish_resident();
     }
 
@@ -64,24 +93,25 @@ impl Handler {
     /// Move the oldest pages out of the region and hand the dirty ones to the
     /// write-back thread; clean and all-zero ones are settled at once.
     pub(crate) fn evict_batch(&mut self) {
-        self.evict(self.batch.pages());
+        self.evict(self.eviction.batch.pages());
     }
 
     /// Evict up to `batch_pages` (at most a staging half); nothing while
     /// write-backs are failing (`FailureLog::holding_off`).
     pub(crate) fn evict(&mut self, batch_pages: usize) {
-        if self.writeback_failures.holding_off() {
+        if self.eviction.failures.holding_off() {
             return;
         }
         let half = self.free_half();
-        let first_slot = half * self.batch.max();
-        let mut victims = std::mem::take(&mut self.victims);
-        let unused = self.table.take_victims(batch_pages.min(self.batch.max()), &mut victims);
+        let first_slot = half * self.eviction.batch.max();
+        let mut victims = std::mem::take(&mut self.eviction.victims);
+        let unused =
+            self.table.take_victims(batch_pages.min(self.eviction.batch.max()), &mut victims);
         Counters::add(&self.counters.prefetch_wasted, unused as u64);
         let staged = self.stage(&mut victims, first_slot);
         let mut dirty = Vec::with_capacity(staged);
         let (clean, zero) = self.sort_staged(&victims[..staged], first_slot, &mut dirty);
-        self.victims = victims;
+        self.eviction.victims = victims;
         self.drop_clean(&clean);
         // With the pool on, the victims it admits go to the write-back
         // thread to be compressed there: clean ones with dirty ones, alone
@@ -110,28 +140,28 @@ impl Handler {
             return;
         }
         for &(slot, page) in &dirty {
-            self.writing.insert(page, slot);
+            self.eviction.writing.insert(page, slot);
         }
-        self.writer.send(Job { half, staged: dirty, clean, pool_staged });
+        self.eviction.writer.send(Job { half, staged: dirty, clean, pool_staged });
     }
 
     /// A staging half no write-back holds, waiting for one if need be.
     fn free_half(&mut self) -> usize {
         self.settle_done();
-        if let Some(half) = self.writer.free_half() {
+        if let Some(half) = self.eviction.writer.free_half() {
             return half;
         }
         let waiting = Instant::now();
-        let done = self.writer.wait().expect("no free half means a job is out");
+        let done = self.eviction.writer.wait().expect("no free half means a job is out");
         Counters::add(&self.counters.staging_waits, 1);
         Counters::add(&self.counters.staging_wait_ns, waiting.elapsed().as_nanos() as u64);
         self.settle(done);
-        self.writer.free_half().expect("a job just finished")
+        self.eviction.writer.free_half().expect("a job just finished")
     }
 
     /// Settle every write-back that has finished, without waiting.
     pub(crate) fn settle_done(&mut self) {
-        while let Some(done) = self.writer.try_done() {
+        while let Some(done) = self.eviction.writer.try_done() {
             self.settle(done);
         }
     }
@@ -141,24 +171,24 @@ impl Handler {
     fn settle(&mut self, done: Done) {
         let mut settled = Vec::with_capacity(done.staged.len());
         for &(slot, page) in &done.staged {
-            if self.writing.get(&page) == Some(&slot) {
-                self.writing.remove(&page);
+            if self.eviction.writing.get(&page) == Some(&slot) {
+                self.eviction.writing.remove(&page);
                 settled.push((slot, page));
             }
         }
         match done.result {
             Ok(()) => {
-                self.batch.observe(done.staged.len(), done.took);
+                self.eviction.batch.observe(done.staged.len(), done.took);
                 self.intent.wrote_back(done.staged.len(), done.took);
                 for &(_, page) in &settled {
                     self.table.evicted(page);
                 }
                 Counters::add(&self.counters.eviction_batches, 1);
                 Counters::add(&self.counters.pages_written_back, done.staged.len() as u64);
-                self.writeback_failures.succeeded();
+                self.eviction.failures.succeeded();
             }
             Err(e) => {
-                self.writeback_failures.note(done.staged.len(), &e);
+                self.eviction.failures.note(done.staged.len(), &e);
                 self.unstage(&settled);
             }
         }
@@ -168,8 +198,9 @@ impl Handler {
     }
 
     fn clear_half(&mut self, half: usize) {
-        let half_pages = self.batch.max();
-        if let Err(e) = self.staging.discard(half * half_pages * PAGE_SIZE, half_pages * PAGE_SIZE)
+        let half_pages = self.eviction.batch.max();
+        if let Err(e) =
+            self.eviction.staging.discard(half * half_pages * PAGE_SIZE, half_pages * PAGE_SIZE)
         {
             tracing::error!("fault handler: clearing staging failed: {e}");
         }
@@ -180,22 +211,22 @@ impl Handler {
     /// write-back result is ignored from now on.
     pub(crate) fn refault_writing(&mut self, page: u32, slot: usize) -> io::Result<()> {
         self.make_room();
-        if self.writing.get(&page) != Some(&slot) {
+        if self.eviction.writing.get(&page) != Some(&slot) {
             // Settled while making room; the caller serves it by its state.
             return Err(io::Error::from_raw_os_error(libc::EINPROGRESS));
         }
-        self.writing.remove(&page);
+        self.eviction.writing.remove(&page);
         self.table.evicted(page);
         self.table.map(page, PageState::Dirty);
         Counters::add(&self.counters.from_staging, 1);
         let page_addr = self.page_addr(page);
-        let bytes = self.staging.present_pages(slot, 1);
+        let bytes = self.eviction.staging.present_pages(slot, 1);
         let result = resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes, false));
         if result.is_err() {
             // Still in flight, as far as anyone knows.
             self.table.unmap_newest(page, PageState::Dirty);
             self.counters.from_staging.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            self.writing.insert(page, slot);
+            self.eviction.writing.insert(page, slot);
         }
         result
     }
@@ -216,7 +247,7 @@ impl Handler {
             let slot = first_slot + i;
             if self.table.get(page) == PageState::Clean {
                 clean.push((slot, page));
-            } else if self.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
+            } else if self.eviction.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
                 zero.push((slot, page));
             } else {
                 dirty.push((slot, page));
@@ -271,7 +302,7 @@ impl Handler {
     /// Its COPY wakes only its own waiters, so wake the region's.
     fn copy_back(&self, slot: usize, page: u32) -> io::Result<()> {
         let page_addr = self.page_addr(page);
-        let bytes = self.staging.present_pages(slot, 1);
+        let bytes = self.eviction.staging.present_pages(slot, 1);
         match resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes, false)) {
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                 let staging = &self.staging_uffd;

@@ -3,10 +3,8 @@
 //! table, so the state machine needs no locks.
 
 use crate::discards::Discards;
-use crate::mem::Mapping;
 use crate::state::PageTable;
 use crate::stats::Counters;
-use crate::trend::Trend;
 use crate::uffd::{self, Fault, Msg, Ready, Uffd};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::io;
@@ -52,64 +50,29 @@ pub(crate) struct Handler {
     /// Kept out of the mapped pages while `held` exceeds the budget, for the
     /// staging halves and the prefetch windows (`Region::reserved_pages`).
     pub reserve_pages: usize,
-    /// Registered with `staging_uffd` (UFFDIO_MOVE wants that of its
-    /// target); `HALVES` halves of one slot per page of the largest
-    /// eviction batch. A half is empty unless a batch is in it.
-    pub staging: Arc<Mapping>,
-    /// The write-back thread, and the pages it holds: page -> staging slot.
-    /// At most `HALVES` batches, so bounded by the staging size.
-    pub writer: crate::writeback::Writer,
-    pub writing: std::collections::HashMap<u32, usize>,
-    /// The fetch threads, and the prefetch windows they may be reading.
-    pub fetcher: crate::fetch::Fetcher,
+    /// The eviction's staging, write-back and batch state (`evict.rs`).
+    pub eviction: crate::evict::Eviction,
+    /// Prefetch along trends (`prefetch.rs`) and block reads around a miss
+    /// (`read_block.rs`).
+    pub ahead: crate::prefetch::Ahead,
+    pub blocks: crate::read_block::Blocks,
     /// Rung by the fetch and write-back threads when a job is done.
     pub bell: Arc<crate::doorbell::Doorbell>,
     /// One page: the target of store reads.
     pub page_buf: crate::mem::PageBuf,
     /// One page of zeroes, copied in for write faults on empty pages.
     pub zero_page: Vec<u8>,
-    /// Pages per eviction batch, adapted to the store's write latency;
-    /// `staging` has room for its maximum.
-    pub batch: crate::batch::BatchSize,
-    pub victims: Vec<u32>,
     /// Faults to try again once pending events are read; at most
     /// `MAX_DEFERRED`.
     pub deferred: Vec<Fault>,
-    pub trend: Trend,
     /// Whether store pages are mapped writable or write-protected.
     pub intent: crate::intent::WriteIntent,
-    /// Zero-fill untouched pages along a trend (see `prefetch.rs`).
-    pub zero_ahead: bool,
-    /// Keep this many pages free below the budget when idle (eviction
-    /// ahead of need); 0 turns it off.
-    pub low_water_pages: usize,
-    /// The last eviction ahead freed nothing (victims kept, write-back
-    /// failed): do not try again until a message comes.
-    pub headroom_stalled: bool,
-    /// Write-back failures, logged at most once per interval.
-    pub writeback_failures: crate::write_failures::FailureLog,
     /// How long to poll without sleeping before a sleeping wait.
     pub spin: Duration,
     /// The core this thread runs on follows the faulting threads.
     pub follow: crate::cpu::Follow,
     /// Running average of the idle time before a message came.
     pub recent_gap: Duration,
-    /// Scratch for prefetch: the pages of one window.
-    pub prefetch_pages: Vec<u32>,
-    /// The window buffers not in flight: with those in flight, always
-    /// `MAX_IN_FLIGHT` of a largest window each, made once (a fresh one per
-    /// window would be faulted in and zeroed each time).
-    pub spare_bufs: Vec<crate::mem::PageBuf>,
-    /// Scratch for prefetch: the untouched pages of one window, and zeroes
-    /// to copy over them (grown to the longest run seen, at most a window).
-    pub zero_ahead_pages: Vec<u32>,
-    pub zero_run: Vec<u8>,
-    /// Whether a store read takes the faulting page's block (`read_block.rs`),
-    /// the buffer for the other pages of it (`None` if blocks are off),
-    /// and which pages were read into it.
-    pub neighbours: crate::read_block::Neighbours,
-    pub block_buf: Option<crate::mem::PageBuf>,
-    pub beside: Vec<u32>,
     /// The compressed local tier, if on (`zpool.rs`).
     pub zpool: Option<crate::zpool::ZPool>,
     /// Every fault goes here too, if tracing (`trace.rs`).
@@ -148,8 +111,9 @@ impl Handler {
             let ahead = self.wants_headroom();
             // Finished fetches and write-backs ring the bell; the short
             // timeout while they are out is only a backstop.
-            let waiting =
-                !self.deferred.is_empty() || self.writer.any_busy() || self.fetcher.busy();
+            let waiting = !self.deferred.is_empty()
+                || self.eviction.writer.any_busy()
+                || self.ahead.fetcher.busy();
             let timeout = match (ahead, waiting) {
                 (true, _) => 0,
                 (false, true) => DEFERRED_POLL_MS,
@@ -163,7 +127,7 @@ impl Handler {
                 Ok(Ready::Nothing) => {}
                 Ok(Ready::Faults) => {
                     let n = self.uffd.read_msgs(&mut msgs).map_err(|e| format!("read: {e}"))?;
-                    self.headroom_stalled = false;
+                    self.eviction.headroom_stalled = false;
                     self.finish_fetch_before_events(&msgs[..n]);
                     // Events first. Reading a REMOVE lets the madvising thread
                     // go on and zap the range at once; a fault read with it,
@@ -223,7 +187,7 @@ impl Handler {
         if let Err(e) = self.uffd.unregister(self.base, region) {
             tracing::warn!("fault handler: unregistering the region failed: {e}");
         }
-        let staging = &self.staging;
+        let staging = &self.eviction.staging;
         if let Err(e) = self.staging_uffd.unregister(staging.addr(), staging.len_bytes()) {
             tracing::warn!("fault handler: unregistering staging failed: {e}");
         }
@@ -286,7 +250,7 @@ impl Handler {
         if let Some(pool) = self.zpool.as_mut() {
             pool.cap(crate::zpool::pool_pages_max(target - self.reserve_pages));
         }
-        self.headroom_stalled = false;
+        self.eviction.headroom_stalled = false;
         self.publish_resident();
     }
 

@@ -26,7 +26,7 @@ impl Handler {
         while i < victims.len() {
             let run = 1 + victims[i..].windows(2).take_while(|w| w[1] == w[0] + 1).count();
             let src = self.base + victims[i] as usize * PAGE_SIZE;
-            let dst = self.staging.addr() + (first_slot + staged) * PAGE_SIZE;
+            let dst = self.eviction.staging.addr() + (first_slot + staged) * PAGE_SIZE;
             let (moved_bytes, result) = self.staging_uffd.move_run(dst, src, run * PAGE_SIZE);
             let moved = match result {
                 Ok(()) => run,
@@ -54,7 +54,7 @@ impl Handler {
     /// cannot move stays resident and goes back in the queue.
     fn stage_one(&mut self, page: u32, slot: usize) -> bool {
         let src = self.base + page as usize * PAGE_SIZE;
-        let dst = self.staging.addr() + slot * PAGE_SIZE;
+        let dst = self.eviction.staging.addr() + slot * PAGE_SIZE;
         match retry_eagain(|| self.staging_uffd.move_pages(dst, src, PAGE_SIZE)) {
             Ok(()) => true,
             Err(_) if really_moved(dst, src, 1, 0) == 1 => true,

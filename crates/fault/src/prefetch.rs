@@ -6,7 +6,7 @@
 //! takes one fault per window instead of one per page (the kernel gives
 //! each zero page its own copy on the first write, with no message to us).
 
-use crate::fetch::{runs, Fetch, MAX_IN_FLIGHT};
+use crate::fetch::{runs, Fetch, Fetcher, MAX_IN_FLIGHT};
 use crate::handler::Handler;
 use crate::state::PageState;
 use crate::stats::Counters;
@@ -20,10 +20,30 @@ const WINDOW_BATCH_PAGES: usize = 256;
 /// Windows of at least this many pages leave their middle page unmapped.
 const MARKER_MIN_PAGES: usize = 16;
 
+/// What prefetch owns: the trend it follows, the reads in flight, and
+/// scratch made once.
+pub(crate) struct Ahead {
+    /// The fetch threads, and the prefetch windows they may be reading.
+    pub fetcher: Fetcher,
+    pub trend: crate::trend::Trend,
+    /// Zero-fill untouched pages along a trend.
+    pub zero_ahead: bool,
+    /// Scratch: the pages of one window.
+    pub window_pages: Vec<u32>,
+    /// The window buffers not in flight: with those in flight, always
+    /// `MAX_IN_FLIGHT` of a largest window each, made once (a fresh one per
+    /// window would be faulted in and zeroed each time).
+    pub spare_bufs: Vec<crate::mem::PageBuf>,
+    /// Scratch: the untouched pages of one window, and zeroes to copy over
+    /// them (grown to the longest run seen, at most a window).
+    pub zero_ahead_pages: Vec<u32>,
+    pub zero_run: Vec<u8>,
+}
+
 impl Handler {
     /// Called after a missing fault on `page` was resolved.
     pub(crate) fn after_fault(&mut self, page: u32) {
-        let Some(advice) = self.trend.fault(page) else {
+        let Some(advice) = self.ahead.trend.fault(page) else {
             return;
         };
         if let Some((window, step)) = advice.passed {
@@ -59,22 +79,22 @@ impl Handler {
     /// decrypts and maps the last: with one, a sequential scan waited on
     /// the read of nearly every window.
     fn prefetch(&mut self, page: u32, stride: i64, pages: usize) {
-        if self.fetcher.full() {
+        if self.ahead.fetcher.full() {
             self.finish_oldest_fetch();
         }
-        let mut wanted = std::mem::take(&mut self.prefetch_pages);
-        let mut empty = std::mem::take(&mut self.zero_ahead_pages);
+        let mut wanted = std::mem::take(&mut self.ahead.window_pages);
+        let mut empty = std::mem::take(&mut self.ahead.zero_ahead_pages);
         wanted.clear();
         empty.clear();
-        let free_windows = MAX_IN_FLIGHT - self.fetcher.in_flight();
+        let free_windows = MAX_IN_FLIGHT - self.ahead.fetcher.in_flight();
         let most = (free_windows * pages).min(self.mapped_budget());
         for step in 1..=(REACH_WINDOWS * pages) as i64 {
             let Some(p) = self.page_at(i64::from(page) + step * stride) else { break };
             match self.table.get(p) {
-                PageState::InStore if wanted.len() < most && !self.fetcher.holds(p) => {
+                PageState::InStore if wanted.len() < most && !self.ahead.fetcher.holds(p) => {
                     wanted.push(p)
                 }
-                PageState::Empty if self.zero_ahead && step <= pages as i64 => empty.push(p),
+                PageState::Empty if self.ahead.zero_ahead && step <= pages as i64 => empty.push(p),
                 _ => {}
             }
         }
@@ -82,7 +102,7 @@ impl Handler {
         for window in wanted.chunks(pages.max(1)) {
             fetching += self.send_window(window);
         }
-        self.prefetch_pages = wanted;
+        self.ahead.window_pages = wanted;
         // Zero pages are a guess. While the pages held fit the budget they
         // may not push it over: that would evict real pages for ones the
         // program may never touch (a scan's window reaching past its data).
@@ -94,7 +114,7 @@ impl Handler {
         empty.truncate(room.saturating_sub(fetching));
         empty.sort_unstable();
         self.zero_fill_ahead(&empty);
-        self.zero_ahead_pages = empty;
+        self.ahead.zero_ahead_pages = empty;
     }
 
     /// Have `window` (pages in stride order) read on a fetch thread; how
@@ -108,8 +128,8 @@ impl Handler {
             pages.remove(pages.len() / 2);
         }
         let count = pages.len();
-        let buf = self.spare_bufs.pop().expect("one buffer per window in flight");
-        self.fetcher.send(pages, buf);
+        let buf = self.ahead.spare_bufs.pop().expect("one buffer per window in flight");
+        self.ahead.fetcher.send(pages, buf);
         Counters::add(&self.counters.prefetch_reads, 1);
         count
     }
@@ -122,7 +142,7 @@ impl Handler {
     }
 
     fn finish_oldest_fetch(&mut self) {
-        if let Some(fetch) = self.fetcher.wait() {
+        if let Some(fetch) = self.ahead.fetcher.wait() {
             self.fetched(fetch);
         }
     }
@@ -130,7 +150,7 @@ impl Handler {
     /// Map the windows in flight that have been read; never waits.
     pub(crate) fn poll_fetch(&mut self) {
         for _ in 0..MAX_IN_FLIGHT {
-            match self.fetcher.try_done() {
+            match self.ahead.fetcher.try_done() {
                 Some(fetch) => self.fetched(fetch),
                 None => break,
             }
@@ -143,7 +163,7 @@ impl Handler {
     /// with its old bytes; so the windows are finished now, without the
     /// pages inside those ranges (the events then make them `Empty`).
     pub(crate) fn finish_fetch_before_events(&mut self, msgs: &[Msg]) {
-        if !self.fetcher.busy() {
+        if !self.ahead.fetcher.busy() {
             return;
         }
         let ranges: Vec<(usize, usize)> = (msgs.iter())
@@ -159,7 +179,7 @@ impl Handler {
         let inside =
             |addr: usize| ranges.iter().any(|&(start, end)| addr + PAGE_SIZE > start && addr < end);
         for _ in 0..MAX_IN_FLIGHT {
-            let Some(mut fetch) = self.fetcher.wait() else { return };
+            let Some(mut fetch) = self.ahead.fetcher.wait() else { return };
             let mut kept = 0;
             for i in 0..fetch.pages.len() {
                 let page = fetch.pages[i];
@@ -191,9 +211,9 @@ impl Handler {
                 tracing::warn!("fault handler: prefetch of {} pages failed: {e}", pages.len());
             }
         }
-        self.spare_bufs.push(buf);
-        debug_assert!(self.spare_bufs.len() <= MAX_IN_FLIGHT);
-        self.prefetch_pages = pages;
+        self.ahead.spare_bufs.push(buf);
+        debug_assert!(self.ahead.spare_bufs.len() <= MAX_IN_FLIGHT);
+        self.ahead.window_pages = pages;
     }
 
     /// Evict until `count` more pages fit in the budget; how many fit. A
@@ -205,7 +225,8 @@ impl Handler {
     /// connection's) pushed `memlend run` over a cgroup limit of budget +
     /// 16 MiB (the far_micro memlend-ssd-cg peer).
     pub(crate) fn room_for(&mut self, count: usize) -> usize {
-        let batch_pages = self.batch.pages().max(WINDOW_BATCH_PAGES.min(self.batch.max()));
+        let batch_pages =
+            self.eviction.batch.pages().max(WINDOW_BATCH_PAGES.min(self.eviction.batch.max()));
         // Each batch frees up to `batch_pages`; a batch that frees none
         // (every victim kept) ends the loop through the bound.
         for _ in 0..count.div_ceil(batch_pages) + 1 {
@@ -213,7 +234,7 @@ impl Handler {
             if need == 0 {
                 break;
             }
-            self.evict(need.min(batch_pages).max(self.batch.pages()));
+            self.evict(need.min(batch_pages).max(self.eviction.batch.pages()));
         }
         count.min(self.mapped_budget().saturating_sub(self.table.resident()))
     }
@@ -271,10 +292,10 @@ impl Handler {
         let mut mapped = 0;
         for run in runs(pages) {
             let len_bytes = run.len() * PAGE_SIZE;
-            if self.zero_run.len() < len_bytes {
-                self.zero_run = vec![0; len_bytes];
+            if self.ahead.zero_run.len() < len_bytes {
+                self.ahead.zero_run = vec![0; len_bytes];
             }
-            let zeros = &self.zero_run[..len_bytes];
+            let zeros = &self.ahead.zero_run[..len_bytes];
             let (done, result) = self.uffd.copy_run(self.page_addr(run[0]), zeros, false);
             for &page in &run[..done / PAGE_SIZE] {
                 self.table.map(page, PageState::Dirty);

@@ -44,6 +44,27 @@ const EPOCH_PROBES: u32 = 64;
 /// page of budget until eviction finds it.
 const ACCURACY_MIN_PCT: u64 = 30;
 
+/// What block reads own: the decision, and the pages read beside the
+/// faulting one with their buffer (`None` if blocks are off).
+pub(crate) struct Blocks {
+    pub neighbours: Neighbours,
+    pub buf: Option<crate::mem::PageBuf>,
+    pub beside: Vec<u32>,
+}
+
+impl Blocks {
+    /// Blocks of up to `pages_max` pages (below 2: none).
+    pub(crate) fn new(pages_max: usize) -> std::io::Result<Blocks> {
+        let pages_max = pages_max.min(READ_BLOCK_PAGES_MAX);
+        let buf = match pages_max {
+            0 | 1 => None,
+            pages => Some(crate::mem::PageBuf::new(pages)?),
+        };
+        let beside = Vec::with_capacity(READ_BLOCK_PAGES_MAX);
+        Ok(Blocks { neighbours: Neighbours::new(pages_max), buf, beside })
+    }
+}
+
 #[derive(Clone, Copy, Default)]
 struct Probe {
     page: u32,

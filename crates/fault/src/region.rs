@@ -190,12 +190,10 @@ impl Region {
         // No prefetch means nothing read ahead of a fault, blocks included.
         let block_pages = match tuning.prefetch_max_pages {
             0 => 0,
-            _ => tuning.read_block_pages_max.min(crate::read_block::READ_BLOCK_PAGES_MAX),
+            _ => tuning.read_block_pages_max,
         };
-        let block_buf = match block_pages {
-            0 | 1 => None,
-            pages => Some(PageBuf::new(pages).map_err(FaultError::os("mmap block buffer"))?),
-        };
+        let blocks = crate::read_block::Blocks::new(block_pages)
+            .map_err(FaultError::os("mmap block buffer"))?;
         let reserve_pages = reserve_pages(config.budget_pages, staging_pages, window_pages);
         let staging =
             Arc::new(Mapping::new(staging_pages).map_err(FaultError::os("mmap staging"))?);
@@ -228,6 +226,28 @@ impl Region {
             .budget_pages
             .store(config.budget_pages as u64, std::sync::atomic::Ordering::Relaxed);
         let discards = Arc::new(Discards::default());
+        let eviction = crate::evict::Eviction {
+            staging,
+            writer,
+            writing: std::collections::HashMap::with_capacity(staging_pages),
+            victims: Vec::with_capacity(batch.max()),
+            batch,
+            low_water_pages: tuning
+                .low_water_pages
+                .unwrap_or(2 * config.evict_batch_pages)
+                .min(config.budget_pages / 2),
+            headroom_stalled: false,
+            failures: Default::default(),
+        };
+        let ahead = crate::prefetch::Ahead {
+            fetcher,
+            trend: Trend::new(window_pages),
+            zero_ahead: tuning.zero_ahead,
+            window_pages: Vec::new(),
+            spare_bufs,
+            zero_ahead_pages: Vec::new(),
+            zero_run: Vec::new(),
+        };
         let handler = Handler {
             uffd,
             staging_uffd,
@@ -239,35 +259,17 @@ impl Region {
             discards: discards.clone(),
             budget_pages: config.budget_pages,
             reserve_pages,
-            staging,
+            eviction,
+            ahead,
+            blocks,
             page_buf: PageBuf::new(1).map_err(FaultError::os("mmap page buffer"))?,
             zero_page: vec![0; PAGE_SIZE],
-            victims: Vec::with_capacity(batch.max()),
-            writer,
-            fetcher,
             bell: Arc::clone(&bell),
-            writing: std::collections::HashMap::with_capacity(staging_pages),
-            batch,
             deferred: Vec::new(),
-            trend: Trend::new(window_pages),
             intent: crate::intent::WriteIntent::new(tuning.write_intent),
-            zero_ahead: tuning.zero_ahead,
-            prefetch_pages: Vec::new(),
-            spare_bufs,
-            zero_ahead_pages: Vec::new(),
-            zero_run: Vec::new(),
-            low_water_pages: tuning
-                .low_water_pages
-                .unwrap_or(2 * config.evict_batch_pages)
-                .min(config.budget_pages / 2),
-            headroom_stalled: false,
-            writeback_failures: Default::default(),
             spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
             follow: crate::cpu::Follow::new(tuning.follow_faulter),
             recent_gap: std::time::Duration::ZERO,
-            neighbours: crate::read_block::Neighbours::new(block_pages),
-            block_buf,
-            beside: Vec::with_capacity(crate::read_block::READ_BLOCK_PAGES_MAX),
             zpool,
             trace,
         };

@@ -67,7 +67,7 @@ impl Handler {
         if fault.wp {
             return self.write_to_clean(page);
         }
-        if self.fetcher.holds(page) {
+        if self.ahead.fetcher.holds(page) {
             // Its read is under way: wait for it rather than read it twice.
             // First: mapping the windows makes room, and may evict this very
             // page into a write-back. Looked at the other way round, a page
@@ -76,14 +76,17 @@ impl Handler {
             Counters::add(&self.counters.waited_on_fetch, 1);
             self.finish_fetch();
         }
-        if let Some(&slot) = self.writing.get(&page) {
+        if let Some(&slot) = self.eviction.writing.get(&page) {
             match self.refault_writing(page, slot) {
                 // Settled meanwhile: served below by its state.
                 Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
                 result => return self.finish(page, result),
             }
         }
-        debug_assert!(!self.writing.contains_key(&page), "page {page} is in flight to the store");
+        debug_assert!(
+            !self.eviction.writing.contains_key(&page),
+            "page {page} is in flight to the store"
+        );
         let missing = !self.table.get(page).is_resident();
         let result = match self.table.get(page) {
             PageState::Clean | PageState::Dirty => self.already_mapped(page),
@@ -191,7 +194,7 @@ impl Handler {
                 pool.far_miss(page);
             }
             if let Err(e) = read {
-                self.beside.clear();
+                self.blocks.beside.clear();
                 tracing::error!("fault handler: store read of page {page} failed: {e}");
                 return match self.poison(page) {
                     Step::Done => Ok(()),
@@ -219,7 +222,7 @@ impl Handler {
         self.adapt_pool();
         match result {
             Ok(()) => self.map_beside(),
-            Err(_) => self.beside.clear(),
+            Err(_) => self.blocks.beside.clear(),
         }
         self.undo_if_failed(page, PageState::InStore, fill, result)
     }
@@ -300,35 +303,35 @@ impl Handler {
     /// block buffer, listed in `beside`, all in one store call. A failed
     /// block read is tried again as the page alone.
     fn read_for_fault(&mut self, page: u32) -> StoreResult<()> {
-        self.beside.clear();
-        if let Some((first, len)) = self.neighbours.miss(page) {
+        self.blocks.beside.clear();
+        if let Some((first, len)) = self.blocks.neighbours.miss(page) {
             let last = (first + len as u32).min(self.pages);
             for p in (first..last).filter(|&p| p != page) {
                 let only_in_store = self.table.get(p) == PageState::InStore
-                    && !self.fetcher.holds(p)
-                    && !self.writing.contains_key(&p);
+                    && !self.ahead.fetcher.holds(p)
+                    && !self.eviction.writing.contains_key(&p);
                 if only_in_store {
-                    self.beside.push(p);
+                    self.blocks.beside.push(p);
                 }
             }
         }
-        if !self.beside.is_empty() {
+        if !self.blocks.beside.is_empty() {
             match self.read_with_beside(page) {
                 Ok(()) => return Ok(()),
                 Err(e) => tracing::debug!("fault handler: block read failed ({e}); page alone"),
             }
-            self.beside.clear();
+            self.blocks.beside.clear();
         }
         self.read_page(page)
     }
 
     /// One store read of `page` and the pages in `beside`, in page order.
     fn read_with_beside(&mut self, page: u32) -> StoreResult<()> {
-        let Some(block) = self.block_buf.as_mut() else { return self.read_page(page) };
+        let Some(block) = self.blocks.buf.as_mut() else { return self.read_page(page) };
         let mut ops = Vec::with_capacity(READ_BLOCK_PAGES_MAX);
         let mut own = Some(self.page_buf.bytes_mut(PAGE_SIZE));
-        let mut rest = block.bytes_mut(self.beside.len() * PAGE_SIZE);
-        for &p in &self.beside {
+        let mut rest = block.bytes_mut(self.blocks.beside.len() * PAGE_SIZE);
+        for &p in &self.blocks.beside {
             if p > page {
                 if let Some(buf) = own.take() {
                     ops.push(ReadOp { page: u64::from(page), buf });
@@ -347,19 +350,19 @@ impl Handler {
     /// After the faulting page is mapped (its thread woken): map the pages
     /// read beside it, write-protected, as far as the budget allows.
     fn map_beside(&mut self) {
-        if self.beside.is_empty() {
+        if self.blocks.beside.is_empty() {
             return;
         }
-        let pages = std::mem::take(&mut self.beside);
-        let block = self.block_buf.take().expect("a block buffer when pages were read beside");
+        let pages = std::mem::take(&mut self.blocks.beside);
+        let block = self.blocks.buf.take().expect("a block buffer when pages were read beside");
         let fit = self.room_for(pages.len());
         Counters::add(&self.counters.block_reads, 1);
         Counters::add(&self.counters.pages_read_beside, pages.len() as u64);
         self.map_prefetched(&pages[..fit], block.bytes(fit * PAGE_SIZE));
-        self.block_buf = Some(block);
-        self.beside = pages;
-        self.beside.clear();
-        self.counters.block_pages.store(self.neighbours.block_pages() as u64, Relaxed);
+        self.blocks.buf = Some(block);
+        self.blocks.beside = pages;
+        self.blocks.beside.clear();
+        self.counters.block_pages.store(self.blocks.neighbours.block_pages() as u64, Relaxed);
     }
 
     /// The faulting thread gets SIGBUS at this page instead of waiting forever.
