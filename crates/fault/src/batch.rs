@@ -15,8 +15,8 @@ const FAST_WRITE: Duration = Duration::from_micros(500);
 /// The most pages one adaptive batch may take, and at most this share of
 /// the budget: the two staging halves are kept out of the budget's mapped
 /// pages (`Region::reserved_pages`), so their size is budget lost to caching.
-pub(crate) const MAX_BATCH_PAGES: usize = 1024;
-const MAX_BUDGET_SHARE: usize = 16;
+pub(crate) const BATCH_PAGES_MAX: usize = 1024;
+const BUDGET_SHARE_MAX: usize = 16;
 
 #[derive(Debug)]
 pub(crate) struct BatchSize {
@@ -28,7 +28,7 @@ pub(crate) struct BatchSize {
 impl BatchSize {
     pub(crate) fn new(base: usize, budget_pages: usize) -> BatchSize {
         assert!(base >= 1, "checked by the region's config");
-        let max = MAX_BATCH_PAGES.min(budget_pages / MAX_BUDGET_SHARE).max(base);
+        let max = BATCH_PAGES_MAX.min(budget_pages / BUDGET_SHARE_MAX).max(base);
         BatchSize { now: base, base, max }
     }
 

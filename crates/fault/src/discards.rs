@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// More concurrent discards than this are not listed: they are still
 /// correct, only handled as an unknown madvise.
-const MAX_PENDING: usize = 64;
+const PENDING_MAX: usize = 64;
 /// How long `Region::discard` waits for the handler to finish with its
 /// range after madvise returned (the store discard may still be running).
 const SETTLE_WAIT: Duration = Duration::from_secs(5);
@@ -33,7 +33,7 @@ impl Discards {
     /// List `start..end` before madvising it; false if the list is full.
     pub fn begin(&self, start: usize, end: usize) -> bool {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        if pending.len() >= MAX_PENDING {
+        if pending.len() >= PENDING_MAX {
             return false;
         }
         pending.push(Pending { start, end, settled: false });

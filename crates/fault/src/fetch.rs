@@ -1,10 +1,10 @@
 //! Prefetch reads on their own threads. The handler hands over one window's
 //! pages and goes on (making room for them, serving faults) while a reader
 //! thread reads them from the store; the handler maps them when the read is
-//! done. Before, the handler itself waited for every window's read, and a
-//! sequential scan left a core idle a quarter of the time.
+//! done. A handler that waited for each window's read itself left a core
+//! idle a quarter of the time in a sequential scan.
 //!
-//! Up to `MAX_IN_FLIGHT` windows may be in flight, so that the store reads
+//! Up to `IN_FLIGHT_MAX` windows may be in flight, so that the store reads
 //! the next ones while the handler maps the last. Their pages stay `InStore` until mapped,
 //! and nothing may change them meanwhile, or the read could bring back
 //! bytes that are no longer theirs. The handler keeps that promise by
@@ -25,17 +25,17 @@ use std::thread::JoinHandle;
 /// 2 MiB buffer. A sequential scan, 1 GiB with 257 MiB local over a
 /// loopback donor, interleaved runs: 293-307 K pages/s with 2, 311-337 K
 /// with 3.
-pub(crate) const MAX_IN_FLIGHT: usize = 3;
+pub(crate) const IN_FLIGHT_MAX: usize = 3;
 
 pub(crate) struct Fetch {
     pub pages: Vec<u32>,
-    /// One of the handler's `MAX_IN_FLIGHT` window buffers.
+    /// One of the handler's `IN_FLIGHT_MAX` window buffers.
     pub buf: PageBuf,
     pub result: StoreResult<()>,
 }
 
 pub(crate) struct Fetcher {
-    /// One reader per window in flight; window `n` goes to reader `n % MAX_IN_FLIGHT`.
+    /// One reader per window in flight; window `n` goes to reader `n % IN_FLIGHT_MAX`.
     readers: Vec<Reader>,
     /// The pages of each window in flight (sorted) and its reader, oldest
     /// first; each reader answers its windows in order, so the oldest
@@ -59,8 +59,8 @@ struct Reader {
 impl Reader {
     fn start(store: Arc<dyn PageStore>, bell: Arc<Doorbell>) -> std::io::Result<Reader> {
         // The channels never hold more than the jobs in flight.
-        let (jobs, job_rx) = sync_channel::<Fetch>(MAX_IN_FLIGHT);
-        let (done_tx, done) = sync_channel::<Fetch>(MAX_IN_FLIGHT);
+        let (jobs, job_rx) = sync_channel::<Fetch>(IN_FLIGHT_MAX);
+        let (done_tx, done) = sync_channel::<Fetch>(IN_FLIGHT_MAX);
         let thread = std::thread::Builder::new().name("memlend-fetch".into()).spawn(move || {
             for mut job in job_rx {
                 job.result = read_runs(store.as_ref(), &job.pages, &mut job.buf);
@@ -89,10 +89,10 @@ impl Fetcher {
         store: Arc<dyn PageStore>,
         bell: &Arc<Doorbell>,
     ) -> std::io::Result<Fetcher> {
-        let readers = (0..MAX_IN_FLIGHT)
+        let readers = (0..IN_FLIGHT_MAX)
             .map(|_| Reader::start(Arc::clone(&store), Arc::clone(bell)))
             .collect::<std::io::Result<Vec<_>>>()?;
-        let in_flight = VecDeque::with_capacity(MAX_IN_FLIGHT);
+        let in_flight = VecDeque::with_capacity(IN_FLIGHT_MAX);
         Ok(Fetcher { readers, in_flight, next: 0 })
     }
 
@@ -105,7 +105,7 @@ impl Fetcher {
     }
 
     pub(crate) fn full(&self) -> bool {
-        self.in_flight.len() == MAX_IN_FLIGHT
+        self.in_flight.len() == IN_FLIGHT_MAX
     }
 
     /// Whether `page` is in a window in flight.
@@ -115,10 +115,10 @@ impl Fetcher {
 
     /// Start reading `pages` (sorted, non-empty) into `buf`.
     pub(crate) fn send(&mut self, pages: Vec<u32>, buf: PageBuf) {
-        assert!(!self.full(), "at most MAX_IN_FLIGHT windows in flight");
+        assert!(!self.full(), "at most IN_FLIGHT_MAX windows in flight");
         debug_assert!(pages.is_sorted());
         let reader = self.next;
-        self.next = (self.next + 1) % MAX_IN_FLIGHT;
+        self.next = (self.next + 1) % IN_FLIGHT_MAX;
         self.in_flight.push_back((reader, pages.clone()));
         let jobs = self.readers[reader].jobs.as_ref().expect("readers run while the handler does");
         // Never blocks (its channel holds every window in flight); fails

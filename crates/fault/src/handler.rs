@@ -22,7 +22,7 @@ const DEFERRED_POLL_MS: i32 = 1;
 /// Faults put off because an event was pending (EAGAIN); each is one
 /// blocked thread, so this many is plenty. Past it, a faulter is woken
 /// instead and faults again.
-const MAX_DEFERRED: usize = 64;
+const DEFERRED_MAX: usize = 64;
 
 /// What became of a fault.
 #[derive(Debug, PartialEq, Eq)]
@@ -63,7 +63,7 @@ pub(crate) struct Handler {
     /// One page of zeroes, copied in for write faults on empty pages.
     pub zero_page: Vec<u8>,
     /// Faults to try again once pending events are read; at most
-    /// `MAX_DEFERRED`.
+    /// `DEFERRED_MAX`.
     pub deferred: Vec<Fault>,
     /// Whether store pages are mapped writable or write-protected.
     pub intent: crate::intent::WriteIntent,
@@ -211,7 +211,7 @@ impl Handler {
 
     fn defer(&mut self, fault: Fault) {
         Counters::add(&self.counters.faults_deferred, 1);
-        if self.deferred.len() < MAX_DEFERRED {
+        if self.deferred.len() < DEFERRED_MAX {
             self.deferred.push(fault);
         } else if let Err(e) = self.uffd.wake(fault.addr & !(PAGE_SIZE - 1), PAGE_SIZE) {
             tracing::error!("fault handler: waking a deferred fault failed: {e}");

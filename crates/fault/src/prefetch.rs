@@ -6,7 +6,7 @@
 //! takes one fault per window instead of one per page (the kernel gives
 //! each zero page its own copy on the first write, with no message to us).
 
-use crate::fetch::{runs, Fetch, Fetcher, MAX_IN_FLIGHT};
+use crate::fetch::{runs, Fetch, Fetcher, IN_FLIGHT_MAX};
 use crate::handler::Handler;
 use crate::state::PageState;
 use crate::stats::Counters;
@@ -18,7 +18,7 @@ use memlend_store::PAGE_SIZE;
 const WINDOW_BATCH_PAGES: usize = 256;
 
 /// Windows of at least this many pages leave their middle page unmapped.
-const MARKER_MIN_PAGES: usize = 16;
+const MARKER_PAGES_MIN: usize = 16;
 
 /// What prefetch owns: the trend it follows, the reads in flight, and
 /// scratch made once.
@@ -31,7 +31,7 @@ pub(crate) struct Ahead {
     /// Scratch: the pages of one window.
     pub window_pages: Vec<u32>,
     /// The window buffers not in flight: with those in flight, always
-    /// `MAX_IN_FLIGHT` of a largest window each, made once (a fresh one per
+    /// `IN_FLIGHT_MAX` of a largest window each, made once (a fresh one per
     /// window would be faulted in and zeroed each time).
     pub spare_bufs: Vec<crate::mem::PageBuf>,
     /// Scratch: the untouched pages of one window, and zeroes to copy over
@@ -71,7 +71,7 @@ impl Handler {
 
     /// Of the pages along `stride` after `page`, have those in the store
     /// that are not in flight yet read on the fetch threads (`fetch.rs`), a
-    /// window of `pages` per read, until `MAX_IN_FLIGHT` windows are in
+    /// window of `pages` per read, until `IN_FLIGHT_MAX` windows are in
     /// flight (looking `REACH_WINDOWS` ahead); and zero-fill the untouched ones of the first window (mapped
     /// ones are there already). Room for them is made while the reads are
     /// in flight. Keeping the windows in flight, not one window per marker
@@ -86,7 +86,7 @@ impl Handler {
         let mut empty = std::mem::take(&mut self.ahead.zero_ahead_pages);
         wanted.clear();
         empty.clear();
-        let free_windows = MAX_IN_FLIGHT - self.ahead.fetcher.in_flight();
+        let free_windows = IN_FLIGHT_MAX - self.ahead.fetcher.in_flight();
         let most = (free_windows * pages).min(self.mapped_budget());
         for step in 1..=(REACH_WINDOWS * pages) as i64 {
             let Some(p) = self.page_at(i64::from(page) + step * stride) else { break };
@@ -122,7 +122,7 @@ impl Handler {
     fn send_window(&mut self, window: &[u32]) -> usize {
         let mut pages = window.to_vec();
         pages.sort_unstable();
-        if pages.len() >= MARKER_MIN_PAGES {
+        if pages.len() >= MARKER_PAGES_MIN {
             // The marker: left in the store, so the stream faults on it
             // halfway through, and asks for the next window then.
             pages.remove(pages.len() / 2);
@@ -136,7 +136,7 @@ impl Handler {
 
     /// Map every window in flight once it is read (waiting for them).
     pub(crate) fn finish_fetch(&mut self) {
-        for _ in 0..MAX_IN_FLIGHT {
+        for _ in 0..IN_FLIGHT_MAX {
             self.finish_oldest_fetch();
         }
     }
@@ -149,7 +149,7 @@ impl Handler {
 
     /// Map the windows in flight that have been read; never waits.
     pub(crate) fn poll_fetch(&mut self) {
-        for _ in 0..MAX_IN_FLIGHT {
+        for _ in 0..IN_FLIGHT_MAX {
             match self.ahead.fetcher.try_done() {
                 Some(fetch) => self.fetched(fetch),
                 None => break,
@@ -178,7 +178,7 @@ impl Handler {
         }
         let inside =
             |addr: usize| ranges.iter().any(|&(start, end)| addr + PAGE_SIZE > start && addr < end);
-        for _ in 0..MAX_IN_FLIGHT {
+        for _ in 0..IN_FLIGHT_MAX {
             let Some(mut fetch) = self.ahead.fetcher.wait() else { return };
             let mut kept = 0;
             for i in 0..fetch.pages.len() {
@@ -212,7 +212,7 @@ impl Handler {
             }
         }
         self.ahead.spare_bufs.push(buf);
-        debug_assert!(self.ahead.spare_bufs.len() <= MAX_IN_FLIGHT);
+        debug_assert!(self.ahead.spare_bufs.len() <= IN_FLIGHT_MAX);
         self.ahead.window_pages = pages;
     }
 

@@ -4,7 +4,7 @@ use crate::batch::BatchSize;
 use crate::discards::Discards;
 use crate::doorbell::Doorbell;
 use crate::error::{FaultError, Result};
-use crate::fetch::{Fetcher, MAX_IN_FLIGHT};
+use crate::fetch::{Fetcher, IN_FLIGHT_MAX};
 use crate::handler::Handler;
 use crate::mem::{Mapping, PageBuf};
 use crate::state::{PageTable, Policy};
@@ -43,11 +43,11 @@ pub struct Tuning {
     pub policy: Policy,
     /// Largest aligned block a store fault may read around its page, in
     /// pages (`read_block.rs`: used only while it pays; below 2, or with
-    /// `prefetch_max_pages` 0, never).
+    /// `prefetch_pages_max` 0, never).
     pub read_block_pages_max: usize,
     /// Largest prefetch window, in pages (0: no prefetch). The window used
     /// is also at most a sixteenth of the budget.
-    pub prefetch_max_pages: usize,
+    pub prefetch_pages_max: usize,
     /// When no fault is pending and fewer than this many pages are free
     /// below the budget, the handler evicts a batch ahead of need (0: only
     /// when a fault needs room). `None`: two eviction batches, at most half
@@ -80,7 +80,7 @@ impl Tuning {
     /// budget of [`crate::trace::WINDOW_PAGES`].
     pub fn tracing(path: std::path::PathBuf) -> Tuning {
         Tuning {
-            prefetch_max_pages: 0,
+            prefetch_pages_max: 0,
             read_block_pages_max: 0,
             write_intent: false,
             zero_ahead: false,
@@ -100,17 +100,17 @@ impl Tuning {
 pub const BUDGET_FLOOR_PAGES: usize = 256;
 
 /// ACMS found a 512-page window right for a sequential scan.
-const PREFETCH_MAX_PAGES: usize = 512;
+const PREFETCH_PAGES_MAX: usize = 512;
 /// A prefetch window is at most this share of the budget: with
-/// `MAX_IN_FLIGHT` windows and the staging halves (`batch.rs`), the
+/// `IN_FLIGHT_MAX` windows and the staging halves (`batch.rs`), the
 /// handler's buffers take at most a quarter of it.
 const WINDOW_BUDGET_SHARE: usize = 16;
 
 /// The staging halves and the window buffers, all of which may hold pages
 /// at once; never more than a quarter of the budget, which they always
-/// are unless the budget is under `MAX_BUDGET_SHARE * evict_batch_pages`.
+/// are unless the budget is under `BUDGET_SHARE_MAX * evict_batch_pages`.
 fn reserve_pages(budget_pages: usize, staging_pages: usize, window_pages: usize) -> usize {
-    (staging_pages + MAX_IN_FLIGHT * window_pages).min(budget_pages / 4)
+    (staging_pages + IN_FLIGHT_MAX * window_pages).min(budget_pages / 4)
 }
 
 /// Below this many pages of pool, compression is not worth its overhead.
@@ -131,7 +131,7 @@ impl Default for Tuning {
         Tuning {
             policy: Policy::default(),
             read_block_pages_max: crate::read_block::READ_BLOCK_PAGES_MAX,
-            prefetch_max_pages: PREFETCH_MAX_PAGES,
+            prefetch_pages_max: PREFETCH_PAGES_MAX,
             low_water_pages: None,
             spin_us: 0,
             write_intent: true,
@@ -182,13 +182,13 @@ impl Region {
         let map = Mapping::new(pages as usize).map_err(FaultError::os("mmap region"))?;
         let batch = BatchSize::new(config.evict_batch_pages, config.budget_pages);
         let staging_pages = HALVES * batch.max();
-        let window_pages = tuning.prefetch_max_pages.min(config.budget_pages / WINDOW_BUDGET_SHARE);
-        let spare_bufs = (0..if window_pages > 0 { MAX_IN_FLIGHT } else { 0 })
+        let window_pages = tuning.prefetch_pages_max.min(config.budget_pages / WINDOW_BUDGET_SHARE);
+        let spare_bufs = (0..if window_pages > 0 { IN_FLIGHT_MAX } else { 0 })
             .map(|_| PageBuf::new(window_pages))
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(FaultError::os("mmap prefetch buffers"))?;
         // No prefetch means nothing read ahead of a fault, blocks included.
-        let block_pages = match tuning.prefetch_max_pages {
+        let block_pages = match tuning.prefetch_pages_max {
             0 => 0,
             _ => tuning.read_block_pages_max,
         };

@@ -18,11 +18,11 @@
 /// Deltas remembered.
 const HISTORY: usize = 8;
 /// Fewest deltas before a majority counts.
-const MIN_DELTAS: usize = 2;
+const DELTAS_MIN: usize = 2;
 /// Window of the first prefetch on a new trend, in pages.
 pub const FIRST_WINDOW_PAGES: usize = 8;
 /// Prefetch looks this many windows ahead of the fault for pages to read,
-/// one window per read, with up to `fetch::MAX_IN_FLIGHT` (3) in flight,
+/// one window per read, with up to `fetch::IN_FLIGHT_MAX` (3) in flight,
 /// so that the store reads the next windows while the handler maps the
 /// last. One more than in flight: the marker fault that asks is halfway
 /// through its window, so three whole windows reach four from it.
@@ -73,7 +73,7 @@ pub struct Trend {
     window: Option<Window>,
     /// Pages to prefetch next time; doubles while windows are consumed.
     size: usize,
-    max_pages: usize,
+    pages_max: usize,
     /// A fault passed through `window` (its pages were used).
     window_used: bool,
     /// Windows in a row dropped unused; each asks one more equal delta of
@@ -82,16 +82,16 @@ pub struct Trend {
 }
 
 impl Trend {
-    /// `max_pages` caps the window; 0 turns prefetch off.
-    pub fn new(max_pages: usize) -> Trend {
+    /// `pages_max` caps the window; 0 turns prefetch off.
+    pub fn new(pages_max: usize) -> Trend {
         Trend {
             deltas: [0; HISTORY],
             filled: 0,
             next: 0,
             last: None,
             window: None,
-            size: FIRST_WINDOW_PAGES.min(max_pages),
-            max_pages,
+            size: FIRST_WINDOW_PAGES.min(pages_max),
+            pages_max,
             window_used: false,
             unused_windows: 0,
         }
@@ -100,7 +100,7 @@ impl Trend {
     /// Record a fault at `page` (any missing fault) and say whether, and
     /// how far, to prefetch after it.
     pub fn fault(&mut self, page: u32) -> Option<Advice> {
-        if self.max_pages == 0 {
+        if self.pages_max == 0 {
             return None;
         }
         let page = i64::from(page);
@@ -117,7 +117,7 @@ impl Trend {
         }
         let Some(stride) = self.majority() else {
             self.drop_window();
-            self.size = FIRST_WINDOW_PAGES.min(self.max_pages);
+            self.size = FIRST_WINDOW_PAGES.min(self.pages_max);
             return None;
         };
         if delta != stride {
@@ -126,9 +126,9 @@ impl Trend {
             return None;
         }
         if passed.is_some() {
-            self.size = (self.size * 2).min(self.max_pages);
+            self.size = (self.size * 2).min(self.pages_max);
             self.unused_windows = 0;
-        } else if self.run_of(stride) < MIN_DELTAS + self.unused_windows {
+        } else if self.run_of(stride) < DELTAS_MIN + self.unused_windows {
             return None;
         } else {
             self.drop_window();
@@ -142,7 +142,7 @@ impl Trend {
     /// Forget the window; count it if no fault ever passed through it.
     fn drop_window(&mut self) {
         if self.window.take().is_some() && !self.window_used {
-            self.unused_windows = (self.unused_windows + 1).min(HISTORY - MIN_DELTAS);
+            self.unused_windows = (self.unused_windows + 1).min(HISTORY - DELTAS_MIN);
         }
     }
 
@@ -161,7 +161,7 @@ impl Trend {
 
     /// Boyer-Moore majority vote over the remembered deltas, then checked.
     fn majority(&self) -> Option<i64> {
-        if self.filled < MIN_DELTAS {
+        if self.filled < DELTAS_MIN {
             return None;
         }
         let deltas = &self.deltas[..self.filled];

@@ -172,7 +172,7 @@ pub(crate) struct ZPool {
     chunks_used: usize,
     limit_pages: usize,
     /// The arena's size: the most the limit can ever be.
-    limit_max_pages: usize,
+    limit_pages_max: usize,
     /// The most the limit may be now (the budget may have shrunk).
     limit_cap_pages: usize,
     top_pages: usize,
@@ -217,25 +217,25 @@ pub(crate) struct Costs {
 }
 
 impl ZPool {
-    /// A pool of at most `limit_max_pages` of memory (reserved address
+    /// A pool of at most `limit_pages_max` of memory (reserved address
     /// space, faulted in as used), starting at half of that.
-    pub(crate) fn new(limit_max_pages: usize) -> std::io::Result<ZPool> {
-        let chunks = limit_max_pages.max(1) * CHUNKS_PER_PAGE;
+    pub(crate) fn new(limit_pages_max: usize) -> std::io::Result<ZPool> {
+        let chunks = limit_pages_max.max(1) * CHUNKS_PER_PAGE;
         let words = chunks.div_ceil(64);
         let mut free_bits = vec![u64::MAX; words];
         if !chunks.is_multiple_of(64) {
             free_bits[words - 1] = (1u64 << (chunks % 64)) - 1;
         }
         Ok(ZPool {
-            arena: PageBuf::new(limit_max_pages.max(1))?,
+            arena: PageBuf::new(limit_pages_max.max(1))?,
             next: vec![NONE; chunks],
             owner: vec![NONE; chunks],
             free_bits,
             low_free_word: 0,
             chunks_used: 0,
-            limit_pages: limit_max_pages / 2,
-            limit_max_pages,
-            limit_cap_pages: limit_max_pages,
+            limit_pages: limit_pages_max / 2,
+            limit_pages_max,
+            limit_cap_pages: limit_pages_max,
             top_pages: 0,
             entries: HashMap::new(),
             order: VecDeque::new(),
@@ -371,7 +371,7 @@ impl ZPool {
             let from = piece * CHUNK_BYTES;
             let to = (from + CHUNK_BYTES).min(len_bytes);
             let at = chunk as usize * CHUNK_BYTES;
-            let arena = self.arena.bytes_mut(self.limit_max_pages * PAGE_SIZE);
+            let arena = self.arena.bytes_mut(self.limit_pages_max * PAGE_SIZE);
             arena[at..at + to - from].copy_from_slice(&self.packed[from..to]);
             self.owner[chunk as usize] = page;
             if prev == NONE {
@@ -453,7 +453,7 @@ impl ZPool {
     }
 
     fn gather(&mut self, first_chunk: u32, len_bytes: usize) {
-        let arena = self.arena.bytes(self.limit_max_pages * PAGE_SIZE);
+        let arena = self.arena.bytes(self.limit_pages_max * PAGE_SIZE);
         let mut chunk = first_chunk;
         for piece in 0..len_bytes.div_ceil(CHUNK_BYTES) {
             let from = piece * CHUNK_BYTES;
@@ -524,7 +524,7 @@ impl ZPool {
         self.dropped_seq += 1;
         // Only ghosts within a step's worth of entries count (`far_miss`):
         // at most a 32nd of the arena, 16 entries a page.
-        let ghost_limit = (self.limit_max_pages / 2).max(64);
+        let ghost_limit = (self.limit_pages_max / 2).max(64);
         if self.ghost_order.len() >= ghost_limit {
             if let Some((old, seq)) = self.ghost_order.pop_front() {
                 if self.ghosts.get(&old) == Some(&seq) {
@@ -537,7 +537,7 @@ impl ZPool {
     }
 
     fn step_pages(&self) -> usize {
-        (self.limit_max_pages / STEP_SHARE).max(1)
+        (self.limit_pages_max / STEP_SHARE).max(1)
     }
 
     /// Entries a page of pool memory holds at the present mean size.
@@ -581,7 +581,7 @@ impl ZPool {
     /// The budget changed: the limit may go up to `cap_pages` from now on
     /// (never past the arena), and comes down to it at once.
     pub(crate) fn cap(&mut self, cap_pages: usize) {
-        self.limit_cap_pages = cap_pages.min(self.limit_max_pages);
+        self.limit_cap_pages = cap_pages.min(self.limit_pages_max);
         if self.limit_pages > self.limit_cap_pages {
             self.set_limit(self.limit_cap_pages);
         }

@@ -21,7 +21,7 @@ fn region_with_budget(low_water_pages: usize, budget_pages: usize) -> Region {
     let config =
         RegionConfig { size_bytes: PAGES * PAGE_SIZE, budget_pages, evict_batch_pages: 32 };
     let tuning = Tuning {
-        prefetch_max_pages: 0,
+        prefetch_pages_max: 0,
         low_water_pages: Some(low_water_pages),
         ..Tuning::default()
     };

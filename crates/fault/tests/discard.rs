@@ -29,7 +29,7 @@ fn region(pages: usize, budget_pages: usize, store: Arc<Stats<RamStore>>) -> Reg
 /// of need, no prefetch, so a test can count resident pages exactly.
 fn exact_region(pages: usize, budget_pages: usize, store: Arc<Stats<RamStore>>) -> Region {
     let config = RegionConfig { size_bytes: pages * PAGE_SIZE, budget_pages, evict_batch_pages: 8 };
-    let tuning = Tuning { prefetch_max_pages: 0, low_water_pages: Some(0), ..Tuning::default() };
+    let tuning = Tuning { prefetch_pages_max: 0, low_water_pages: Some(0), ..Tuning::default() };
     Region::with_tuning(config, tuning, store).unwrap()
 }
 

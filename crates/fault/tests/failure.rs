@@ -152,7 +152,7 @@ fn poison_child() {
 fn failing_handler_region() -> Region {
     let config =
         RegionConfig { size_bytes: PAGES * PAGE_SIZE, budget_pages: 8, evict_batch_pages: 4 };
-    let tuning = Tuning { prefetch_max_pages: 0, low_water_pages: Some(0), ..Tuning::default() };
+    let tuning = Tuning { prefetch_pages_max: 0, low_water_pages: Some(0), ..Tuning::default() };
     Region::with_tuning(config, tuning, Failing::new(PAGES as u64, false, false)).unwrap()
 }
 

@@ -18,8 +18,8 @@ fn ram_store(pages: usize) -> Arc<dyn PageStore> {
 fn region(pages: usize, budget_pages: usize, prefetch: bool, store: Arc<dyn PageStore>) -> Region {
     let config =
         RegionConfig { size_bytes: pages * PAGE_SIZE, budget_pages, evict_batch_pages: 32 };
-    let prefetch_max_pages = if prefetch { Tuning::default().prefetch_max_pages } else { 0 };
-    Region::with_tuning(config, Tuning { prefetch_max_pages, ..Tuning::default() }, store).unwrap()
+    let prefetch_pages_max = if prefetch { Tuning::default().prefetch_pages_max } else { 0 };
+    Region::with_tuning(config, Tuning { prefetch_pages_max, ..Tuning::default() }, store).unwrap()
 }
 
 fn word(region: &Region, page: usize) -> *mut u64 {

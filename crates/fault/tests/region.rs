@@ -21,7 +21,7 @@ fn ram_store(pages: usize) -> Arc<Stats<RamStore>> {
 /// and tests/ahead.rs turn those on).
 fn region(size_bytes: usize, budget_pages: usize, store: Arc<dyn PageStore>) -> Region {
     let config = RegionConfig { size_bytes, budget_pages, evict_batch_pages: 32.min(budget_pages) };
-    let tuning = Tuning { prefetch_max_pages: 0, low_water_pages: Some(0), ..Tuning::default() };
+    let tuning = Tuning { prefetch_pages_max: 0, low_water_pages: Some(0), ..Tuning::default() };
     Region::with_tuning(config, tuning, store).unwrap()
 }
 

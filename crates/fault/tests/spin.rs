@@ -17,7 +17,7 @@ fn region(spin_us: u32) -> Region {
         budget_pages: BUDGET_PAGES,
         evict_batch_pages: 32,
     };
-    let tuning = Tuning { prefetch_max_pages: 0, spin_us, ..Tuning::default() };
+    let tuning = Tuning { prefetch_pages_max: 0, spin_us, ..Tuning::default() };
     Region::with_tuning(config, tuning, store).unwrap()
 }
 

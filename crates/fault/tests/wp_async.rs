@@ -40,7 +40,7 @@ struct PmScanArg {
     walk_end: u64,
     vec: u64,
     vec_len: u64,
-    max_pages: u64,
+    pages_max: u64,
     category_inverted: u64,
     category_mask: u64,
     category_anyof_mask: u64,
@@ -136,7 +136,7 @@ fn sync_wp_writes() -> f64 {
         budget_pages: PAGES,
         evict_batch_pages: 32,
     };
-    let tuning = Tuning { prefetch_max_pages: 0, low_water_pages: Some(0), ..Tuning::default() };
+    let tuning = Tuning { prefetch_pages_max: 0, low_water_pages: Some(0), ..Tuning::default() };
     let region = Region::with_tuning(config, tuning, store).unwrap();
     let word = |page: usize| (region.as_ptr() as usize + page * PAGE_SIZE) as *mut u64;
     // Write all, then read all back: the last PAGES pages are clean.

@@ -94,7 +94,7 @@ fn zero_fill_ahead_off_means_a_fault_per_page() {
 /// Populate, then read-then-write random pages: each touch reads a word
 /// and writes the whole page. Returns the region's counters for that phase.
 fn read_then_write(tuning: Tuning) -> (u64, u64, u64) {
-    let region = region(Tuning { prefetch_max_pages: 0, ..tuning });
+    let region = region(Tuning { prefetch_pages_max: 0, ..tuning });
     (0..PAGES).for_each(|page| fill(&region, page, 1));
     let mut versions = vec![1u64; PAGES];
     let before = stats(&region);
@@ -129,7 +129,7 @@ fn pages_read_then_written_are_mapped_writable_and_nothing_is_lost() {
 
 #[test]
 fn pages_only_read_stay_write_protected_and_are_never_written_back() {
-    let region = region(Tuning { prefetch_max_pages: 0, ..Tuning::default() });
+    let region = region(Tuning { prefetch_pages_max: 0, ..Tuning::default() });
     (0..PAGES).for_each(|page| fill(&region, page, 1));
     let before = stats(&region);
     let mut sum = 0u64;

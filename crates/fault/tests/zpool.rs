@@ -24,7 +24,7 @@ fn region(compress: bool, admits_all: bool) -> Region {
     let tuning = Tuning {
         compress,
         pool_admits_all: admits_all,
-        prefetch_max_pages: 0,
+        prefetch_pages_max: 0,
         ..Tuning::default()
     };
     Region::with_tuning(config, tuning, store).unwrap()

@@ -27,7 +27,7 @@ pub struct Config {
     pub pool_admits_all: bool,
     /// The largest prefetch window, in pages (0: no prefetch); unset, the
     /// region's default. For measuring what prefetch gives a program.
-    pub prefetch_max_pages: Option<usize>,
+    pub prefetch_pages_max: Option<usize>,
     /// The largest block a store fault reads around its page, in pages
     /// (below 2: none); unset, the region's default. For measuring too.
     pub read_block_pages_max: Option<usize>,
@@ -64,7 +64,7 @@ pub fn from_env() -> Result<Option<Config>> {
         Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4, lz4-all or off"),
     };
     let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;
-    let prefetch_max_pages = pages(ENV_PREFETCH_MAX_PAGES)?;
+    let prefetch_pages_max = pages(ENV_PREFETCH_MAX_PAGES)?;
     let read_block_pages_max = pages(memlend_borrow::env::READ_BLOCK_PAGES)?;
     Ok(Some(Config {
         local_bytes,
@@ -74,7 +74,7 @@ pub fn from_env() -> Result<Option<Config>> {
         stats_dir,
         compress,
         pool_admits_all,
-        prefetch_max_pages,
+        prefetch_pages_max,
         read_block_pages_max,
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),

@@ -138,8 +138,8 @@ fn build(cfg: &Config) -> Result<Heap> {
     if let Some(pages) = cfg.read_block_pages_max {
         tuning.read_block_pages_max = pages;
     }
-    if let Some(pages) = cfg.prefetch_max_pages {
-        tuning.prefetch_max_pages = pages;
+    if let Some(pages) = cfg.prefetch_pages_max {
+        tuning.prefetch_pages_max = pages;
     }
     if let Some(dir) = &cfg.trace_dir {
         tuning = Tuning::tracing(dir.join(format!("{}.trace", std::process::id())));
