@@ -11,33 +11,37 @@
 //!
 //! Neighbours are waste for programs whose neighbouring pages are unrelated
 //! (redis values), and a read page is mapped where a reader never faults,
-//! so use cannot be seen after the fact. It is measured beforehand
-//! instead: some misses are *probes*, whose block is read page by page for
-//! a while; the misses that later land in a probe's block are the faults a
-//! block read would have saved, for each block size. Every
-//! `EPOCH_PROBES` probes, the block size becomes the largest whose share of
-//! neighbours that would have been used reaches `ACCURACY_MIN_PCT`; if
-//! none does, neighbour reads stop (probes go on, so they start again when
-//! the program changes). The reading and mapping are in `resolve.rs`.
+//! so use cannot be seen after the fact. It is measured beside instead:
+//! one aligned 16-page block in `CONTROL_SHARE` is a *control* block,
+//! never read as a block. Its first miss starts a probe; its later misses,
+//! while the probe lives, are the faults a block read at that first miss
+//! would have saved, for each block size. A probe lives about as long as
+//! the pages read beside it would stay mapped: half the budget's worth of
+//! misses. (A horizon of one operation, 256 misses, measured 12% of the
+//! neighbours used in SQLite's steady state; half the budget, 34%; a
+//! replay of its trace through LRU at half its pages missed 232 K times
+//! with single pages and 110 K with blocks of 16.) Every `EPOCH_PROBES`
+//! probes that ended, the block size becomes the largest whose share of
+//! neighbours used reaches `ACCURACY_MIN_PCT`, or none. While none is read,
+//! every block is a control block. The reading and mapping are in
+//! `resolve.rs`.
+
+use std::collections::{HashMap, VecDeque};
 
 /// The largest block read around a miss (64 KiB).
 pub const READ_BLOCK_PAGES_MAX: usize = 16;
 /// The block sizes weighed, in pages.
 const SIZES: [usize; 4] = [2, 4, 8, 16];
-/// Probes watched at once.
-const PROBE_SLOTS: usize = 64;
-/// One miss in this many is a probe while blocks are read: the rest get
-/// their block. While none are, every miss outside a probed block is one
-/// (they cost nothing then): a probe must be the first miss in its block,
-/// as a block read would be, or it sees only the misses after it.
-const PROBE_EVERY_ON: u64 = 8;
-const PROBE_EVERY_OFF: u64 = 1;
-/// A probe's block is watched for this many misses after it: long enough
-/// to cover the accesses of one operation (a query touches its pages within
-/// a few misses), short against the time a page read ahead stays mapped.
-const PROBE_LIFE_MISSES: u64 = 256;
-/// Probes per decision.
-const EPOCH_PROBES: u32 = 64;
+/// One 16-page block in this many is a control block while blocks are read.
+const CONTROL_SHARE: u32 = 8;
+/// A probe lives for the misses of half the budget, within these bounds.
+const PROBE_LIFE_MISSES_MIN: u64 = 256;
+const PROBE_LIFE_MISSES_MAX: u64 = 1 << 16;
+/// Live probes at most (a map entry and a queue entry each, ~40 bytes);
+/// past it the oldest ends early.
+const PROBES_MAX: usize = 16_384;
+/// Ended probes per decision.
+const EPOCH_PROBES: u32 = 256;
 /// A block size is used if at least this share of its neighbour pages
 /// would have been faulted on. Reading a neighbour costs little on the
 /// wire (one request either way); mapping one that goes unused costs a
@@ -65,11 +69,13 @@ impl Blocks {
     }
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Probe {
     page: u32,
-    /// The miss count when it was taken; 0: the slot is empty.
+    /// The miss count when it began.
     miss: u64,
+    /// Later misses in its block within a block of `SIZES[i]` pages of it.
+    hits: [u16; SIZES.len()],
 }
 
 /// Chooses, miss by miss, whether to read a block around it.
@@ -79,11 +85,11 @@ pub(crate) struct Neighbours {
     /// The block read now (1: none).
     pages: usize,
     misses: u64,
-    probes: [Probe; PROBE_SLOTS],
-    next_slot: usize,
+    /// Live probes by 16-page block, and their blocks oldest first (an
+    /// entry whose probe was replaced is stale: its `miss` differs).
+    probes: HashMap<u32, Probe>,
+    order: VecDeque<(u32, u64)>,
     epoch_probes: u32,
-    /// Misses in a live probe's block, other than the probe's own page,
-    /// that fell in the same aligned block of `SIZES[i]` pages.
     epoch_hits: [u64; SIZES.len()],
 }
 
@@ -95,8 +101,8 @@ impl Neighbours {
             pages_max,
             pages: 1,
             misses: 0,
-            probes: [Probe::default(); PROBE_SLOTS],
-            next_slot: 0,
+            probes: HashMap::new(),
+            order: VecDeque::new(),
             epoch_probes: 0,
             epoch_hits: [0; SIZES.len()],
         }
@@ -107,49 +113,55 @@ impl Neighbours {
         self.pages
     }
 
-    /// A fault on `page` needs a store read: the aligned block to read
-    /// around it (its first page and length), or `None` for the page alone.
-    pub(crate) fn miss(&mut self, page: u32) -> Option<(u32, usize)> {
+    /// A fault on `page` needs a store read, with `budget_pages` mapped at
+    /// most: the aligned block to read around it (its first page and
+    /// length), or `None` for the page alone.
+    pub(crate) fn miss(&mut self, page: u32, budget_pages: usize) -> Option<(u32, usize)> {
         if self.pages_max < 2 {
             return None;
         }
         self.misses += 1;
-        if self.in_probed_block(page) {
-            return None;
+        let life = (budget_pages as u64 / 2).clamp(PROBE_LIFE_MISSES_MIN, PROBE_LIFE_MISSES_MAX);
+        self.end_probes(life);
+        let block = page / READ_BLOCK_PAGES_MAX as u32;
+        if self.pages > 1 && !is_control(block) {
+            return Some((page - page % self.pages as u32, self.pages));
         }
-        let every = if self.pages > 1 { PROBE_EVERY_ON } else { PROBE_EVERY_OFF };
-        if self.misses.is_multiple_of(every) {
-            self.probe(page);
-            return None;
+        match self.probes.get_mut(&block) {
+            Some(probe) => count(probe, page),
+            None => self.start_probe(block, page),
         }
-        (self.pages > 1).then(|| (page - page % self.pages as u32, self.pages))
+        None
     }
 
-    /// Whether `page` lies in the largest block of a live probe; counts the
-    /// block sizes that would have brought it in with the probe's page.
-    fn in_probed_block(&mut self, page: u32) -> bool {
-        let widest = READ_BLOCK_PAGES_MAX as u32;
-        let live = |p: &Probe| p.miss != 0 && self.misses - p.miss <= PROBE_LIFE_MISSES;
-        let Some(probe) =
-            self.probes.iter().copied().find(|p| live(p) && p.page / widest == page / widest)
-        else {
-            return false;
-        };
-        if probe.page != page {
-            for (i, &size) in SIZES.iter().enumerate() {
-                let size = size as u32;
-                self.epoch_hits[i] += u64::from(probe.page / size == page / size);
+    fn start_probe(&mut self, block: u32, page: u32) {
+        if self.probes.len() == PROBES_MAX {
+            self.end_oldest();
+        }
+        self.probes.insert(block, Probe { page, miss: self.misses, hits: [0; SIZES.len()] });
+        self.order.push_back((block, self.misses));
+    }
+
+    /// End the probes older than `life` misses.
+    fn end_probes(&mut self, life: u64) {
+        // Bounded by the queue, which holds at most one entry per probe
+        // started and loses one per turn.
+        while self.order.front().is_some_and(|&(_, miss)| self.misses - miss > life) {
+            self.end_oldest();
+        }
+    }
+
+    fn end_oldest(&mut self) {
+        let Some((block, miss)) = self.order.pop_front() else { return };
+        if self.probes.get(&block).is_some_and(|p| p.miss == miss) {
+            let probe = self.probes.remove(&block).expect("just found");
+            for (total, &hits) in self.epoch_hits.iter_mut().zip(&probe.hits) {
+                *total += u64::from(hits);
             }
-        }
-        true
-    }
-
-    fn probe(&mut self, page: u32) {
-        self.probes[self.next_slot] = Probe { page, miss: self.misses };
-        self.next_slot = (self.next_slot + 1) % PROBE_SLOTS;
-        self.epoch_probes += 1;
-        if self.epoch_probes == EPOCH_PROBES {
-            self.decide();
+            self.epoch_probes += 1;
+            if self.epoch_probes == EPOCH_PROBES {
+                self.decide();
+            }
         }
     }
 
@@ -170,9 +182,29 @@ impl Neighbours {
     }
 }
 
+/// Whether a 16-page block is a control block while blocks are read: a
+/// fixed share, spread over the region by a multiplicative hash.
+fn is_control(block: u32) -> bool {
+    (block.wrapping_mul(0x9E37_79B9) >> 16).is_multiple_of(CONTROL_SHARE)
+}
+
+/// A miss on `page` in a live probe's block: which block sizes would have
+/// brought it in with the probe's page.
+fn count(probe: &mut Probe, page: u32) {
+    if probe.page == page {
+        return;
+    }
+    for (hits, &size) in probe.hits.iter_mut().zip(&SIZES) {
+        let size = size as u32;
+        *hits = hits.saturating_add(u16::from(probe.page / size == page / size));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const BUDGET_PAGES: usize = 512;
 
     /// Misses on `per_object` pages of each 16-page object, objects in a
     /// scattered order, each evicted before the next; how many misses got
@@ -188,7 +220,7 @@ mod tests {
                 if !mapped.insert(page) {
                     continue;
                 }
-                if let Some((first, len)) = neighbours.miss(page) {
+                if let Some((first, len)) = neighbours.miss(page, BUDGET_PAGES) {
                     assert_eq!(first % len as u32, 0, "blocks are aligned");
                     assert!(page >= first && page < first + len as u32);
                     mapped.extend(first..first + len as u32);
@@ -210,7 +242,7 @@ mod tests {
     fn scattered_single_pages_keep_them_off() {
         let mut n = Neighbours::new(READ_BLOCK_PAGES_MAX);
         for i in 0..100_000u32 {
-            n.miss(i.wrapping_mul(2_654_435_761) % 10_000_000);
+            n.miss(i.wrapping_mul(2_654_435_761) % 10_000_000, BUDGET_PAGES);
         }
         assert_eq!(n.block_pages(), 1);
     }
@@ -221,7 +253,7 @@ mod tests {
         run(&mut n, 20_000, 6);
         assert!(n.block_pages() > 1);
         for i in 0..100_000u32 {
-            n.miss(i.wrapping_mul(2_654_435_761) % 10_000_000);
+            n.miss(i.wrapping_mul(2_654_435_761) % 10_000_000, BUDGET_PAGES);
         }
         assert_eq!(n.block_pages(), 1);
     }

@@ -304,7 +304,7 @@ impl Handler {
     /// block read is tried again as the page alone.
     fn read_for_fault(&mut self, page: u32) -> StoreResult<()> {
         self.blocks.beside.clear();
-        if let Some((first, len)) = self.blocks.neighbours.miss(page) {
+        if let Some((first, len)) = self.blocks.neighbours.miss(page, self.budget_pages) {
             let last = (first + len as u32).min(self.pages);
             for p in (first..last).filter(|&p| p != page) {
                 let only_in_store = self.table.get(p) == PageState::InStore
