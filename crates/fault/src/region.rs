@@ -130,7 +130,9 @@ impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
             policy: Policy::default(),
-            read_block_pages_max: crate::read_block::READ_BLOCK_PAGES_MAX,
+            // Off: on SQLite they cut store faults by 42% and cost 24% of
+            // its throughput (`read_block.rs`).
+            read_block_pages_max: 0,
             prefetch_pages_max: PREFETCH_PAGES_MAX,
             low_water_pages: None,
             spin_us: 0,
