@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memlend_wire::ctrl::{decode, encode, CtrlKey, CTRL_MAC_BYTES, MAX_DATAGRAM_BYTES};
+use memlend_wire::ctrl::{decode, encode, CtrlKey, CTRL_MAC_BYTES, DATAGRAM_BYTES_MAX};
 
 fuzz_target!(|data: &[u8]| {
     let key = CtrlKey::new(&[7; 32]);
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let mac = key.mac(&signed[..n]);
     signed[n..].copy_from_slice(&mac);
     if let Ok(env) = decode(&signed, &key) {
-        let mut out = [0u8; MAX_DATAGRAM_BYTES];
+        let mut out = [0u8; DATAGRAM_BYTES_MAX];
         let len = encode(&env, &key, &mut out).expect("what decodes encodes");
         assert_eq!(&out[..len], &signed[..], "re-encoding differs");
     }

@@ -18,7 +18,7 @@ use memlend_wire::nbd::{Command, DecodeError, Request, REQUEST_LEN};
 /// `NbdConfig::default()` of the server: a WRITE longer than this is not
 /// even read (the connection ends); a shorter one over the 32 MiB request
 /// limit has its payload skipped, so the next header follows it either way.
-const MAX_SKIP_WRITE_BYTES: u64 = 64 << 20;
+const SKIP_WRITE_BYTES_MAX: u64 = 64 << 20;
 
 fn check(req: &Request, raw: &[u8]) {
     assert_eq!(&req.encode()[..], raw, "request does not re-encode to its bytes");
@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
         check(&req, &input[..REQUEST_LEN]);
         input = &input[REQUEST_LEN..];
         let payload = req.payload_len() as usize;
-        let closing = payload as u64 > MAX_SKIP_WRITE_BYTES;
+        let closing = payload as u64 > SKIP_WRITE_BYTES_MAX;
         if closing || input.len() < payload || req.command() == Some(Command::Disc) {
             return;
         }

@@ -12,14 +12,14 @@ use libfuzzer_sys::fuzz_target;
 use memlend_wire::nbd::{
     client_flags, decode_export_name_reply, encode_export_name_reply, encode_opt_reply, info, opt,
     rep, tx_flags, ClientFlags, Info, InfoRequest, OptHeader, OptReplyHeader, CLIENT_FLAGS_LEN,
-    EXPORT_NAME_PADDING_LEN, EXPORT_NAME_REPLY_LEN, MAX_STRING_BYTES, OPT_HEADER_LEN,
-    OPT_REPLY_HEADER_LEN,
+    EXPORT_NAME_PADDING_LEN, EXPORT_NAME_REPLY_LEN, OPT_HEADER_LEN, OPT_REPLY_HEADER_LEN,
+    STRING_BYTES_MAX,
 };
 
 /// `NbdConfig::default()` of the server: option data kept in memory, and
 /// options allowed before an export is chosen.
-const MAX_OPTION_BYTES: u32 = 64 << 10;
-const MAX_OPTIONS: u32 = 256;
+const OPTION_BYTES_MAX: u32 = 64 << 10;
+const OPTIONS_MAX: u32 = 256;
 
 /// What the server answers for a read-write export of 1 GiB.
 const EXPORT_BYTES: u64 = 1 << 30;
@@ -72,7 +72,7 @@ fn info_or_go(option: u32, data: &[u8], structured: bool) -> bool {
     };
     // The decoder insists on the exact length, so nothing is left over.
     assert_eq!(req.encode(), data, "InfoRequest does not re-encode to its bytes");
-    assert!(req.name.len() <= MAX_STRING_BYTES);
+    assert!(req.name.len() <= STRING_BYTES_MAX);
     // The items the server sends back for an export of that name.
     let mut items = vec![
         Info::Export { size_bytes: EXPORT_BYTES, flags: export_flags(structured) },
@@ -101,14 +101,14 @@ fn negotiate(mut input: &[u8]) {
     // Only offered bits pass, and each of them is a field: exact round trip.
     assert_eq!(&flags.encode()[..], raw);
     let mut structured = false;
-    for _ in 0..MAX_OPTIONS {
+    for _ in 0..OPTIONS_MAX {
         let Some(raw) = take(&mut input, OPT_HEADER_LEN) else { return };
         let Ok(h) = OptHeader::decode(raw) else { return };
         assert_eq!(&h.encode()[..], raw);
         if !flags.fixed_newstyle && h.option != opt::EXPORT_NAME {
             return;
         }
-        if h.len > MAX_OPTION_BYTES {
+        if h.len > OPTION_BYTES_MAX {
             if h.option == opt::EXPORT_NAME {
                 return;
             }

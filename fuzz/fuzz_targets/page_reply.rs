@@ -7,14 +7,14 @@ use memlend_wire::page::{limits, RepHeader, StatReply, REP_HEADER_LEN};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(h) = RepHeader::decode(data) {
-        assert!(h.payload_len <= limits::MAX_REPLY_PAYLOAD_BYTES);
+        assert!(h.payload_len <= limits::REPLY_PAYLOAD_BYTES_MAX);
     }
     if data.len() >= REP_HEADER_LEN {
         let mut fixed = data[..REP_HEADER_LEN].to_vec();
         let crc = crc32c::crc32c(&fixed[..36]);
         fixed[36..40].copy_from_slice(&crc.to_le_bytes());
         if let Ok(h) = RepHeader::decode(&fixed) {
-            assert!(h.payload_len <= limits::MAX_REPLY_PAYLOAD_BYTES);
+            assert!(h.payload_len <= limits::REPLY_PAYLOAD_BYTES_MAX);
             assert_eq!(&h.encode()[..4], &fixed[..4]);
         }
     }

@@ -9,11 +9,11 @@ use memlend_wire::page::{limits, ReqHeader, REQ_HEADER_LEN};
 fn check(data: &[u8]) {
     if let Ok(h) = ReqHeader::decode(data) {
         assert_eq!(&h.encode()[..], &data[..REQ_HEADER_LEN]);
-        assert!(h.payload_len <= limits::MAX_PAYLOAD_BYTES);
-        if let Ok(op) = h.validate(limits::MAX_BATCH_PAGES) {
+        assert!(h.payload_len <= limits::PAYLOAD_BYTES_MAX);
+        if let Ok(op) = h.validate(limits::BATCH_PAGES_MAX) {
             let expected = ReqHeader::expected_payload(op, h.count, h.sealed());
             assert_eq!(expected, h.payload_len as u64);
-            assert!(h.count <= limits::MAX_BATCH_PAGES || expected == 0);
+            assert!(h.count <= limits::BATCH_PAGES_MAX || expected == 0);
         }
     }
 }

@@ -148,8 +148,8 @@ pub fn run(a: &RunArgs) -> Result<()> {
 /// process of the run that makes large allocations opens a region of this
 /// size, and the first must not take it all.
 fn default_far(local: u64, room: Option<u64>) -> u64 {
-    const MIN_FAR_BYTES: u64 = 1 << 30;
-    let far = local.saturating_mul(8).max(MIN_FAR_BYTES);
+    const FAR_BYTES_MIN: u64 = 1 << 30;
+    let far = local.saturating_mul(8).max(FAR_BYTES_MIN);
     let far = room.map_or(far, |r| far.min(r));
     far / 4096 * 4096
 }

@@ -8,13 +8,13 @@ use std::path::Path;
 use std::process::ExitStatus;
 
 /// Most process reports read: a fork bomb must not make us read forever.
-const MAX_REPORTS: usize = 4096;
+const REPORTS_MAX: usize = 4096;
 
 pub fn collect(dir: &Path) -> Vec<Value> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries
         .flatten()
-        .take(MAX_REPORTS)
+        .take(REPORTS_MAX)
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|t| serde_json::from_str(&t).ok())
         .collect()

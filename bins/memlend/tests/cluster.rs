@@ -626,7 +626,7 @@ fn figure6(args: &[&str]) {
 #[test]
 fn forged_replayed_and_malformed_datagrams_are_dropped_and_counted() {
     use memlend_wire::ctrl::{
-        encode, Body, CtrlKey, Envelope, Heartbeat, NodeClass, MAX_DATAGRAM_BYTES,
+        encode, Body, CtrlKey, Envelope, Heartbeat, NodeClass, DATAGRAM_BYTES_MAX,
     };
     let dir = tempfile::tempdir().unwrap();
     let key_path = dir.path().join("k");
@@ -656,7 +656,7 @@ fn forged_replayed_and_malformed_datagrams_are_dropped_and_counted() {
             counter,
             body: Body::Heartbeat(hb(name)),
         };
-        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+        let mut buf = [0u8; DATAGRAM_BYTES_MAX];
         let n = encode(&env, key, &mut buf).unwrap();
         buf[..n].to_vec()
     };

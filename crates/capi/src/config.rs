@@ -13,7 +13,7 @@ use std::path::PathBuf;
 const DEFAULT_EVICT_BATCH_PAGES: usize = 32;
 
 /// A config larger than this is garbage, not a newer header.
-const MAX_STRUCT_SIZE: usize = 4096;
+const STRUCT_SIZE_MAX: usize = 4096;
 
 /// As in `include/memlend.h`. Version 1 is 56 bytes on LP64.
 #[repr(C)]
@@ -72,7 +72,7 @@ pub unsafe fn read(cfg: *const memlend_config) -> Result<Settings, String> {
             "config struct_size is {size}, expected {ours}: call memlend_config_init() first"
         ));
     }
-    if size > MAX_STRUCT_SIZE {
+    if size > STRUCT_SIZE_MAX {
         return Err(format!(
             "config struct_size is {size}: not a memlend_config (call memlend_config_init() first)"
         ));

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 /// Longest line either side accepts; a longer one is an error and closes
 /// the connection.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub const LINE_BYTES_MAX: usize = 64 * 1024;
 /// Most API connections a daemon serves at once.
-pub const MAX_CLIENTS: usize = 256;
+pub const CLIENTS_MAX: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -135,14 +135,14 @@ pub fn credential_from_hex(text: &str) -> Result<Credential, String> {
     Ok(c)
 }
 
-/// Read one line of at most [`MAX_LINE_BYTES`]; `Ok(None)` at end of stream.
+/// Read one line of at most [`LINE_BYTES_MAX`]; `Ok(None)` at end of stream.
 pub fn read_line<R: BufRead>(r: &mut R) -> std::io::Result<Option<String>> {
     let mut line = String::new();
-    let n = std::io::Read::take(&mut *r, MAX_LINE_BYTES as u64 + 1).read_line(&mut line)?;
+    let n = std::io::Read::take(&mut *r, LINE_BYTES_MAX as u64 + 1).read_line(&mut line)?;
     if n == 0 {
         return Ok(None);
     }
-    if n > MAX_LINE_BYTES || !line.ends_with('\n') {
+    if n > LINE_BYTES_MAX || !line.ends_with('\n') {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "API line too long or cut short",
@@ -202,7 +202,7 @@ impl Client {
                     )
                 });
             }
-            if self.partial.len() > MAX_LINE_BYTES {
+            if self.partial.len() > LINE_BYTES_MAX {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     "memlendd line too long",
@@ -229,7 +229,7 @@ mod tests {
         write_json(&mut buf, &a).unwrap();
         let line = read_line(&mut &buf[..]).unwrap().unwrap();
         assert_eq!(serde_json::from_str::<Ask>(&line).unwrap(), a);
-        let long = vec![b'x'; MAX_LINE_BYTES + 10];
+        let long = vec![b'x'; LINE_BYTES_MAX + 10];
         assert!(read_line(&mut &long[..]).is_err());
         assert!(read_line(&mut &b"{\"status\":null}"[..]).is_err(), "no newline: cut short");
         assert_eq!(read_line(&mut &b""[..]).unwrap(), None);

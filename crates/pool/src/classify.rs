@@ -3,14 +3,14 @@
 //! oscillate, plus how much a server may lend.
 //!
 //! ```text
-//!   used:  0 ---- MIN_LOW ---- MIN_HIGH ----- MAX_LOW ---- MAX_HIGH ---- 1
+//!   used:  0 ---- LOW_MIN ---- HIGH_MIN ----- LOW_MAX ---- HIGH_MAX ---- 1
 //!   enter server <|            |> leave server
 //!                                   leave client <|          |> enter client
 //! ```
 //! Local far-memory demand also makes a node a client: memory its processes
 //! borrow, or want and cannot get. A node that borrows does not lend. A
 //! class change needs `confirm_samples` samples in a row and `min_hold_ms`
-//! in the old class, except that a server whose use crosses MAX_HIGH leaves
+//! in the old class, except that a server whose use crosses HIGH_MAX leaves
 //! at once (its own work comes first). The first offer comes with the
 //! server class; after that it grows only after `quiet_samples` calm
 //! samples in a row (Infiniswap's donor daemon), and shrinks at once.

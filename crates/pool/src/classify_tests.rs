@@ -39,7 +39,7 @@ fn each_transition_with_its_guard_band() {
     assert_eq!(
         feed(&mut c, &mut t, &[0.2, 0.2], 0),
         vec![Neutral, Server],
-        "two samples under MIN_LOW"
+        "two samples under LOW_MIN"
     );
     assert_eq!(
         feed(&mut c, &mut t, &[0.45, 0.45, 0.45], 0),
@@ -50,7 +50,7 @@ fn each_transition_with_its_guard_band() {
     assert_eq!(
         feed(&mut c, &mut t, &[0.8, 0.8, 0.8], 0),
         vec![Neutral; 3],
-        "under MAX_HIGH: neutral"
+        "under HIGH_MAX: neutral"
     );
     assert_eq!(
         feed(&mut c, &mut t, &[0.9, 0.9, 0.9], 0),
@@ -60,7 +60,7 @@ fn each_transition_with_its_guard_band() {
     assert_eq!(
         feed(&mut c, &mut t, &[0.8, 0.8, 0.8], 0),
         vec![Client; 3],
-        "above MAX_LOW: stays client"
+        "above LOW_MAX: stays client"
     );
     let seq = feed(&mut c, &mut t, &[0.7, 0.7, 0.7, 0.7, 0.7, 0.7], 0);
     assert_eq!(seq.last(), Some(&Neutral));
@@ -98,7 +98,7 @@ fn the_offer_comes_with_the_class_then_grows_only_after_quiet_samples() {
         c.update(t, &sample(u), 0, 0).lendable_bytes
     };
     assert_eq!(offer(&mut c, 0.1), 0, "one sample: not yet a server");
-    assert_eq!(offer(&mut c, 0.1), 4 * GIB, "a server: MIN_HIGH 50% of 10 GiB minus 1 GiB own use");
+    assert_eq!(offer(&mut c, 0.1), 4 * GIB, "a server: HIGH_MIN 50% of 10 GiB minus 1 GiB own use");
     assert_eq!(offer(&mut c, 0.3), 2 * GIB, "shrinks at once");
     assert_eq!(offer(&mut c, 0.1), 2 * GIB, "quiet 1");
     assert_eq!(offer(&mut c, 0.1), 2 * GIB, "quiet 2");
@@ -147,7 +147,7 @@ proptest! {
         }
     }
 
-    /// No two changes within the hold time unless a server hits MAX_HIGH,
+    /// No two changes within the hold time unless a server hits HIGH_MAX,
     /// and a server never lends beyond MEM_MIN_HIGH.
     #[test]
     fn holds_and_offers_respect_their_limits(levels in proptest::collection::vec(0.0f64..1.0, 1..80)) {

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 
 /// Most peers one node tracks. A heartbeat from one more is ignored (and
 /// counted), so a flood of forged ids cannot grow memory without bound.
-pub const MAX_PEERS: usize = 1024;
+pub const PEERS_MAX: usize = 1024;
 
 /// One peer as last heard.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Members {
         from: SocketAddr,
         now_us: u64,
     ) -> Heard {
-        let full = self.peers.len() >= MAX_PEERS;
+        let full = self.peers.len() >= PEERS_MAX;
         match self.peers.get_mut(&node) {
             Some(p) if incarnation < p.incarnation => Heard::Stale,
             Some(p) if incarnation > p.incarnation => {
@@ -197,10 +197,10 @@ mod tests {
     #[test]
     fn the_table_is_bounded() {
         let mut m = Members::default();
-        for n in 0..MAX_PEERS as u64 {
+        for n in 0..PEERS_MAX as u64 {
             assert_eq!(m.touch(n, 1, addr(1), 0), Heard::Joined);
         }
         assert_eq!(m.touch(u64::MAX, 1, addr(1), 0), Heard::Refused);
-        assert_eq!(m.len(), MAX_PEERS);
+        assert_eq!(m.len(), PEERS_MAX);
     }
 }

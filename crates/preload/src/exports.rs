@@ -11,7 +11,7 @@ use std::ptr::null_mut;
 
 /// Most alignment a far block can have: the arena aligns by pages, and a
 /// larger alignment would waste a whole stretch of the region per block.
-const MAX_FAR_ALIGN: usize = 1 << 30;
+const FAR_ALIGN_MAX: usize = 1 << 30;
 
 /// # Safety
 /// The C contract of malloc.
@@ -114,7 +114,7 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
         // SAFETY: glibc's memalign; `align` was checked by the caller.
         return unsafe { glibc::__libc_memalign(align, size) };
     }
-    if align <= MAX_FAR_ALIGN {
+    if align <= FAR_ALIGN_MAX {
         if let Some(p) = ops::alloc(size, align) {
             return enomem_if_null(p);
         }

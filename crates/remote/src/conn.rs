@@ -222,8 +222,8 @@ impl Conn {
         if w.max_batch_pages == 0 || w.max_inflight == 0 {
             return Err(ClientError::Protocol("donor offered zero limits".into()));
         }
-        self.max_batch_pages = w.max_batch_pages.min(page::limits::MAX_BATCH_PAGES);
-        self.max_inflight = w.max_inflight.min(page::limits::MAX_INFLIGHT);
+        self.max_batch_pages = w.max_batch_pages.min(page::limits::BATCH_PAGES_MAX);
+        self.max_inflight = w.max_inflight.min(page::limits::INFLIGHT_MAX);
         if resume != 0 && w.session_id != resume {
             return Err(ClientError::Protocol(format!(
                 "asked to resume {resume:#x}, got {:#x}",

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Donors remembered at most; a process borrows from a handful.
-const MAX_REMEMBERED: usize = 64;
+const REMEMBERED_MAX: usize = 64;
 /// Per donor, at exit: a donor that is down must not hold the exit up.
 const EXIT_TIMEOUT: Duration = Duration::from_millis(250);
 
@@ -24,7 +24,7 @@ static BORROWED: Mutex<Vec<(SocketAddr, ClientConfig)>> = Mutex::new(Vec::new())
 pub(crate) fn remember(addr: SocketAddr, cfg: &ClientConfig) {
     let mut borrowed = BORROWED.lock().unwrap_or_else(|e| e.into_inner());
     let known = borrowed.iter().any(|(a, c)| *a == addr && c.borrower_id == cfg.borrower_id);
-    if !known && borrowed.len() < MAX_REMEMBERED {
+    if !known && borrowed.len() < REMEMBERED_MAX {
         borrowed.push((addr, cfg.clone()));
     }
 }

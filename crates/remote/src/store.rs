@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of write payload queued per connection before it must drain
 /// replies: bounds the client's buffer while keeping the pipe full.
-const MAX_INFLIGHT_BYTES: usize = 4 << 20;
+const INFLIGHT_BYTES_MAX: usize = 4 << 20;
 
 pub struct RemoteStore {
     addr: SocketAddr,
@@ -210,12 +210,12 @@ impl RemoteStore {
 
     fn max_batch_pages(&self) -> usize {
         let pool = self.pool.lock();
-        pool.idle.first().map_or(memlend_wire::page::limits::MAX_BATCH_PAGES, |c| c.max_batch_pages)
+        pool.idle.first().map_or(memlend_wire::page::limits::BATCH_PAGES_MAX, |c| c.max_batch_pages)
             as usize
     }
 }
 
-/// Send every piece, at most `max_inflight` requests and `MAX_INFLIGHT_BYTES`
+/// Send every piece, at most `max_inflight` requests and `INFLIGHT_BYTES_MAX`
 /// of payload at a time, and receive every reply (in any order). On a donor
 /// error the remaining replies are still drained so the connection stays in
 /// step; the first error is returned.
@@ -228,7 +228,7 @@ fn run_pieces(conn: &mut Conn, slab: u32, pieces: &mut [Piece]) -> Result<(), Cl
             let mut queued_bytes = 0;
             while next < pieces.len()
                 && inflight.len() < window
-                && queued_bytes < MAX_INFLIGHT_BYTES
+                && queued_bytes < INFLIGHT_BYTES_MAX
             {
                 queued_bytes += pieces[next].len_bytes();
                 inflight.push((queue_piece(conn, slab, &pieces[next]), next));

@@ -76,7 +76,7 @@ fn fatal_frames_close_only_their_connection() {
         ("random bytes", (0..200u8).map(|i| i.wrapping_mul(37)).collect(), Status::BadMagic),
         (
             "oversize payload",
-            frame_with_len(page::limits::MAX_PAYLOAD_BYTES + 1),
+            frame_with_len(page::limits::PAYLOAD_BYTES_MAX + 1),
             Status::BadLength,
         ),
     ];

@@ -173,9 +173,9 @@ fn meta_context_options_are_answered_and_malformed_ones_refused() {
         let set = opt::SET_META_CONTEXT;
         assert_eq!(meta_context(&mut s, set, "mem", &[BASE_ALLOCATION]), Err(rep::ERR_INVALID));
         // Malformed data, for both options: refused, and the session goes on.
-        let too_many = MAX_META_QUERIES + 1;
+        let too_many = META_QUERIES_MAX + 1;
         let empty_queries = vec![(0, &b""[..]); too_many as usize];
-        let long_query = vec![b'q'; MAX_STRING_BYTES + 1];
+        let long_query = vec![b'q'; STRING_BYTES_MAX + 1];
         let mut trailing = meta_data(0, 1, &[(15, BASE_ALLOCATION.as_bytes())]);
         trailing.push(0);
         let malformed = [

@@ -18,13 +18,13 @@ mod workload;
 
 pub use measure::{Cost, Outcome, Report};
 pub use net::NetParams;
-pub use queue::MAX_EVENTS;
+pub use queue::EVENTS_MAX;
 pub use sim::run;
 
 /// Largest cluster simulated: node addresses are 10.x.y.z.
-pub const MAX_NODES: usize = 1 << 20;
+pub const NODES_MAX: usize = 1 << 20;
 /// Longest run, simulated seconds.
-pub const MAX_SECONDS: u64 = 24 * 3600;
+pub const SECONDS_MAX: u64 = 24 * 3600;
 
 #[derive(Clone, Debug)]
 pub struct Params {
@@ -44,11 +44,11 @@ impl Params {
     }
 
     pub fn check(&self) -> Result<(), String> {
-        if !(2..=MAX_NODES).contains(&self.nodes) {
-            return Err(format!("nodes must be 2 to {MAX_NODES}, got {}", self.nodes));
+        if !(2..=NODES_MAX).contains(&self.nodes) {
+            return Err(format!("nodes must be 2 to {NODES_MAX}, got {}", self.nodes));
         }
-        if !(1..=MAX_SECONDS).contains(&self.seconds) {
-            return Err(format!("seconds must be 1 to {MAX_SECONDS}, got {}", self.seconds));
+        if !(1..=SECONDS_MAX).contains(&self.seconds) {
+            return Err(format!("seconds must be 1 to {SECONDS_MAX}, got {}", self.seconds));
         }
         let probs =
             [("loss", self.net.loss), ("dup", self.net.dup), ("lenders", self.lender_share)];

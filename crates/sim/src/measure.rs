@@ -7,7 +7,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Demand-to-lease latencies kept; later ones are counted, not kept.
-pub const MAX_LATENCY_SAMPLES: usize = 1 << 20;
+pub const LATENCY_SAMPLES_MAX: usize = 1 << 20;
 /// Seconds at the start left out of harvest: the classifier needs its hold
 /// time (5 s) and two samples before any node is a server.
 pub const WARMUP_S: u64 = 10;
@@ -54,7 +54,7 @@ impl Counters {
     }
 
     pub fn latency(&mut self, us: u64) {
-        if self.latencies_us.len() < MAX_LATENCY_SAMPLES {
+        if self.latencies_us.len() < LATENCY_SAMPLES_MAX {
             self.latencies_us.push(us);
         } else {
             self.latencies_not_kept += 1;

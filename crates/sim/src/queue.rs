@@ -8,9 +8,9 @@ use std::collections::BinaryHeap;
 /// Most events queued. Datagrams in flight are what fills it: at this bound
 /// a new datagram is dropped and counted (`full_drops`), as a switch with a
 /// full buffer would. Timers are few (at most a handful per node) and are
-/// always admitted, up to `MAX_EVENTS + timer_headroom`; past that it is a
+/// always admitted, up to `EVENTS_MAX + timer_headroom`; past that it is a
 /// bug and the run panics.
-pub const MAX_EVENTS: usize = 1 << 22;
+pub const EVENTS_MAX: usize = 1 << 22;
 
 struct Entry<T> {
     at_us: u64,
@@ -46,7 +46,7 @@ pub struct Queue<T> {
 }
 
 impl<T> Queue<T> {
-    /// `timer_headroom`: how many timers may exceed `MAX_EVENTS` (a few per
+    /// `timer_headroom`: how many timers may exceed `EVENTS_MAX` (a few per
     /// node).
     pub fn new(timer_headroom: usize) -> Queue<T> {
         Queue { heap: BinaryHeap::new(), seq: 0, timer_headroom, full_drops: 0, peak_len: 0 }
@@ -54,7 +54,7 @@ impl<T> Queue<T> {
 
     /// A datagram: false (and counted) when the queue is full.
     pub fn push_datagram(&mut self, at_us: u64, item: T) -> bool {
-        if self.heap.len() >= MAX_EVENTS {
+        if self.heap.len() >= EVENTS_MAX {
             self.full_drops += 1;
             return false;
         }
@@ -64,7 +64,7 @@ impl<T> Queue<T> {
 
     pub fn push_timer(&mut self, at_us: u64, item: T) {
         assert!(
-            self.heap.len() < MAX_EVENTS + self.timer_headroom,
+            self.heap.len() < EVENTS_MAX + self.timer_headroom,
             "event queue holds {} events: timers are leaking (a bug)",
             self.heap.len()
         );

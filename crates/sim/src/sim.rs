@@ -10,15 +10,15 @@ use crate::queue::Queue;
 use crate::rng::Rng;
 use crate::workload::Trace;
 use crate::{Params, Report};
-use memlend_pool::engine::{kind, BorrowedState, Dest, Event, Output, Status, MAX_WANT_BYTES};
+use memlend_pool::engine::{kind, BorrowedState, Dest, Event, Output, Status, WANT_BYTES_MAX};
 use memlend_pool::monitor::Sample;
-use memlend_wire::ctrl::{self, Body, CtrlKey, Envelope, LeaseId, NodeId, MAX_DATAGRAM_BYTES};
+use memlend_wire::ctrl::{self, Body, CtrlKey, Envelope, LeaseId, NodeId, DATAGRAM_BYTES_MAX};
 use std::rc::Rc;
 
 const S_US: u64 = 1_000_000;
 /// After a tick the daemon's poll waits at least 1 ms (unless a datagram
 /// wakes it): the same floor here also guarantees that time moves on.
-const MIN_POLL_US: u64 = 1_000;
+const POLL_US_MIN: u64 = 1_000;
 /// A reclaimed lease's pages move away at this rate (plus the floor).
 const MIGRATE_BYTES_PER_S: f64 = 1e9;
 const MIGRATE_FLOOR_US: u64 = 10_000;
@@ -52,7 +52,7 @@ pub fn run(p: &Params) -> Result<Report, String> {
     let mut sim = Sim::new(p.clone());
     let end_us = p.seconds * S_US;
     // Bounded: every event lies at or after the current time, deliveries
-    // at least 1 µs later, ticks after a tick at least MIN_POLL_US later.
+    // at least 1 µs later, ticks after a tick at least POLL_US_MIN later.
     while let Some((at_us, ev)) = sim.queue.pop() {
         if at_us > end_us {
             break;
@@ -179,7 +179,7 @@ impl Sim {
     fn schedule_tick(&mut self, i: u32, after_tick: bool) {
         let now = self.now_us;
         let n = &mut self.nodes[i as usize];
-        let floor_us = if after_tick { now + MIN_POLL_US } else { now };
+        let floor_us = if after_tick { now + POLL_US_MIN } else { now };
         let at_us = n.engine.next_deadline_us().max(floor_us);
         if at_us < n.tick_at_us {
             n.tick_at_us = at_us;
@@ -258,7 +258,7 @@ impl Sim {
         let held = n.held_bytes();
         let asked = held + n.engine.unmet_demand_bytes();
         if need > asked {
-            n.engine.want(now, OWNER, (need - asked).min(MAX_WANT_BYTES));
+            n.engine.want(now, OWNER, (need - asked).min(WANT_BYTES_MAX));
         } else if held > need {
             let mut surplus = held - need;
             let mut leases: Vec<(u64, NodeId, LeaseId)> = n
@@ -342,7 +342,7 @@ impl Sim {
             counter: n.counter,
             body,
         };
-        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+        let mut buf = [0u8; DATAGRAM_BYTES_MAX];
         let len = ctrl::encode(&env, &self.key, &mut buf).expect("engine messages always encode");
         self.m.hash(self.now_us, &buf[..len]);
         self.m.msgs_sent += 1;

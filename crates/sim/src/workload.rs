@@ -8,7 +8,7 @@ use crate::rng::Rng;
 
 const GIB: u64 = 1 << 30;
 /// Most bursts one node's trace holds (the Poisson draw stops there).
-pub const MAX_BURSTS: usize = 256;
+pub const BURSTS_MAX: usize = 256;
 /// Mean gap between a worker's bursts, in seconds.
 const BURST_GAP_S: f64 = 30.0;
 
@@ -76,7 +76,7 @@ impl Trace {
 fn bursts(rng: &mut Rng, total_bytes: u64, seconds: u64) -> Vec<Burst> {
     let mut v = Vec::new();
     let mut t_ms = rng.exp(BURST_GAP_S * 1_000.0);
-    while (t_ms as u64) < seconds * 1_000 && v.len() < MAX_BURSTS {
+    while (t_ms as u64) < seconds * 1_000 && v.len() < BURSTS_MAX {
         let frac = rng.pareto(0.05, 1.5).min(1.0);
         let start_ms = t_ms as u64;
         v.push(Burst {

@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 /// Most packets held at once: the kernel queue's length too, so the kernel
 /// drops (like a full netem queue) rather than this process growing.
-pub const MAX_HELD: usize = 16 * 1024;
+pub const HELD_MAX: usize = 16 * 1024;
 /// Longest sleep between looks at the queue: an arrival waits at most this
 /// long to be stamped, so a delay is exact to about a millisecond.
 const TICK: Duration = Duration::from_millis(1);
 /// Most packets taken off the queue per tick, so verdicts are never starved.
-const MAX_RECV_PER_TICK: usize = 4096;
+const RECV_PER_TICK_MAX: usize = 4096;
 /// Upper limits on what `lab netem` accepts.
-pub const MAX_DELAY_MS: u64 = 10_000;
+pub const DELAY_MS_MAX: u64 = 10_000;
 pub const PPM: u32 = 1_000_000;
 
 #[derive(Args, Debug)]
@@ -44,11 +44,11 @@ struct Counts {
 }
 
 pub fn hold(a: &HoldArgs) -> Result<()> {
-    assert!(a.delay_ms <= MAX_DELAY_MS && a.loss_ppm <= PPM, "lab netem checks its limits");
+    assert!(a.delay_ms <= DELAY_MS_MAX && a.loss_ppm <= PPM, "lab netem checks its limits");
     let delay = Duration::from_millis(a.delay_ms);
     let mut q = open(a.queue)?;
     std::fs::write(&a.ready, b"").with_context(|| format!("cannot write {}", a.ready.display()))?;
-    let mut held: VecDeque<(Instant, nfq::Message)> = VecDeque::with_capacity(MAX_HELD);
+    let mut held: VecDeque<(Instant, nfq::Message)> = VecDeque::with_capacity(HELD_MAX);
     let mut rng = Rng::seeded();
     let mut counts = Counts::default();
     let mut last_report = Instant::now();
@@ -73,7 +73,7 @@ fn open(queue: u16) -> Result<nfq::Queue> {
     let mut q = nfq::Queue::open().context("cannot open an NFQUEUE netlink socket")?;
     q.bind(queue).with_context(|| format!("cannot bind NFQUEUE {queue}"))?;
     q.set_copy_range(queue, 0)?; // metadata only: the payload is never looked at
-    q.set_queue_max_len(queue, MAX_HELD as u32)?;
+    q.set_queue_max_len(queue, HELD_MAX as u32)?;
     q.set_recv_gso(queue, true)?; // big offloaded packets stay whole
     q.set_nonblocking(true);
     Ok(q)
@@ -87,7 +87,7 @@ fn take_arrivals(
     delay: Duration,
     counts: &mut Counts,
 ) -> Result<()> {
-    for _ in 0..MAX_RECV_PER_TICK {
+    for _ in 0..RECV_PER_TICK_MAX {
         let mut msg = match q.recv() {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
@@ -105,8 +105,8 @@ fn take_arrivals(
             counts.dropped += 1;
             continue;
         }
-        // The kernel queue holds at most MAX_HELD unverdicted packets.
-        assert!(held.len() < MAX_HELD, "more packets held than the kernel queue allows");
+        // The kernel queue holds at most HELD_MAX unverdicted packets.
+        assert!(held.len() < HELD_MAX, "more packets held than the kernel queue allows");
         held.push_back((Instant::now() + delay, msg));
         counts.held += 1;
     }

@@ -10,7 +10,7 @@ pub const CGROUP_PARENT: &str = "memlend-lab";
 pub const DEFAULT_PREFIX: &str = "ml";
 /// Most nodes a lab may have: keeps veth names within 15 bytes and host
 /// addresses inside a /24.
-pub const MAX_NODES: usize = 200;
+pub const NODES_MAX: usize = 200;
 
 /// A prefix must keep `<prefix>-v<N>` within the kernel's 15-byte interface
 /// names, and must not contain '-' so `ml` never matches `ml-x-n1`.

@@ -5,7 +5,7 @@
 //! A packet is delayed once, by its receiver, so the round trip between two
 //! shaped nodes grows by 2 D, as with netem on each node's link.
 
-use super::delayer::{MAX_DELAY_MS, PPM};
+use super::delayer::{DELAY_MS_MAX, PPM};
 use super::{names, procs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -20,7 +20,7 @@ pub const HOLDER: &str = "netem-hold";
 /// How long a holder gets to bind its queue.
 const READY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most copies of our rule `--clear` removes from one chain.
-const MAX_RULES: usize = 16;
+const RULES_MAX: usize = 16;
 
 #[derive(Args, Debug)]
 pub struct NetemArgs {
@@ -39,8 +39,8 @@ pub struct NetemArgs {
 }
 
 pub fn run(a: &NetemArgs) -> Result<()> {
-    if a.delay_ms > MAX_DELAY_MS {
-        bail!("--delay-ms {} is more than the {MAX_DELAY_MS} allowed", a.delay_ms);
+    if a.delay_ms > DELAY_MS_MAX {
+        bail!("--delay-ms {} is more than the {DELAY_MS_MAX} allowed", a.delay_ms);
     }
     if !(0.0..=100.0).contains(&a.loss_pct) {
         bail!("--loss-pct {} is not between 0 and 100", a.loss_pct);
@@ -79,7 +79,7 @@ fn iptables(node: &str, op: &str) -> Result<bool> {
 
 fn clear(node: &str) -> Result<()> {
     let (pid_file, _) = files(node)?;
-    for _ in 0..MAX_RULES {
+    for _ in 0..RULES_MAX {
         if !iptables(node, "-D")? {
             break;
         }

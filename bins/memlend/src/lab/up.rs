@@ -8,8 +8,8 @@ use memlend_node::size::human;
 
 pub fn run(a: &UpArgs) -> Result<()> {
     names::check_prefix(&a.prefix)?;
-    if a.nodes == 0 || a.nodes > names::MAX_NODES {
-        bail!("a lab has 1 to {} nodes, not {}", names::MAX_NODES, a.nodes);
+    if a.nodes == 0 || a.nodes > names::NODES_MAX {
+        bail!("a lab has 1 to {} nodes, not {}", names::NODES_MAX, a.nodes);
     }
     let subnet = Subnet::parse(&a.subnet)?;
     subnet.node_addr(a.nodes)?;

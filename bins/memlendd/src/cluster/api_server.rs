@@ -3,7 +3,7 @@
 //! written by the control loop itself (it owns the engine).
 
 use super::wake::Waker;
-use memlend_pool::api::{self, Ask, Tell, MAX_CLIENTS};
+use memlend_pool::api::{self, Ask, Tell, CLIENTS_MAX};
 use memlend_server::lifecycle::{poll_accept, Shutdown};
 use std::io::BufReader;
 use std::os::unix::fs::PermissionsExt;
@@ -59,7 +59,7 @@ pub fn serve(
         if stream.set_nonblocking(false).is_err() {
             return;
         }
-        if live.load(Ordering::Relaxed) >= MAX_CLIENTS {
+        if live.load(Ordering::Relaxed) >= CLIENTS_MAX {
             let mut s = stream;
             let _ =
                 api::write_json(&mut s, &Tell::Error { message: "too many API clients".into() });

@@ -9,7 +9,7 @@ use super::timeline::Timeline;
 use super::transport::Transport;
 use super::wake::{poll_readable, WakeRx};
 use memlend_pool::api::{self, Ask, LeaseGrant, Tell};
-use memlend_pool::engine::{Dest, Engine, Event, Output, MAX_WANT_BYTES, MS};
+use memlend_pool::engine::{Dest, Engine, Event, Output, MS, WANT_BYTES_MAX};
 use memlend_server::lifecycle::Shutdown;
 use memlend_server::page::PageServer;
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Commands handled per wakeup, so API traffic cannot starve the timers.
-const MAX_CMDS_PER_WAKE: usize = 256;
+const CMDS_PER_WAKE_MAX: usize = 256;
 const SAMPLE_US: u64 = 1_000 * MS;
 
 pub struct Control {
@@ -60,7 +60,7 @@ impl Control {
                 self.engine.on_message(now, r.from, r.sender, r.incarnation, r.body);
                 self.drain();
             }
-            for _ in 0..MAX_CMDS_PER_WAKE {
+            for _ in 0..CMDS_PER_WAKE_MAX {
                 let Ok(cmd) = self.cmds.try_recv() else { break };
                 self.command(cmd);
             }
@@ -112,9 +112,9 @@ impl Control {
 
     fn ask(&mut self, now: u64, owner: u64, ask: Ask) {
         match ask {
-            Ask::Want { bytes } if bytes > MAX_WANT_BYTES => {
+            Ask::Want { bytes } if bytes > WANT_BYTES_MAX => {
                 let message =
-                    format!("want of {bytes} bytes is over the limit of {MAX_WANT_BYTES}");
+                    format!("want of {bytes} bytes is over the limit of {WANT_BYTES_MAX}");
                 self.tell(owner, &Tell::Error { message });
             }
             Ask::Want { bytes } => self.engine.want(now, owner, bytes),
@@ -127,9 +127,9 @@ impl Control {
             Ask::Activity { donor, lease, pages_per_s } => {
                 self.engine.set_activity(owner, donor, lease, pages_per_s)
             }
-            Ask::Home { bytes } if bytes > MAX_WANT_BYTES => {
+            Ask::Home { bytes } if bytes > WANT_BYTES_MAX => {
                 let message =
-                    format!("{bytes} bytes at home is over the limit of {MAX_WANT_BYTES}");
+                    format!("{bytes} bytes at home is over the limit of {WANT_BYTES_MAX}");
                 self.tell(owner, &Tell::Error { message });
             }
             Ask::Home { bytes: 0 } => {

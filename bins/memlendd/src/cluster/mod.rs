@@ -112,8 +112,8 @@ fn node_name(args: &Args) -> Result<String> {
         Some(n) => n.clone(),
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")?.trim().to_string(),
     };
-    if name.is_empty() || name.len() > memlend_wire::ctrl::MAX_NAME_BYTES {
-        bail!("a node name is 1 to {} bytes: {name:?}", memlend_wire::ctrl::MAX_NAME_BYTES);
+    if name.is_empty() || name.len() > memlend_wire::ctrl::NAME_BYTES_MAX {
+        bail!("a node name is 1 to {} bytes: {name:?}", memlend_wire::ctrl::NAME_BYTES_MAX);
     }
     Ok(name)
 }

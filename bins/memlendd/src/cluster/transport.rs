@@ -2,13 +2,13 @@
 //! says; receive, verify, drop replays, and hand the rest to the engine.
 //! A bad datagram is counted and logged (rate-limited), never fatal.
 
-use memlend_wire::ctrl::{self, Body, CtrlKey, Envelope, NodeId, ReplayGuard, MAX_DATAGRAM_BYTES};
+use memlend_wire::ctrl::{self, Body, CtrlKey, Envelope, NodeId, ReplayGuard, DATAGRAM_BYTES_MAX};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 
 /// Datagrams received per wakeup before the loop looks at its timers again:
 /// a flood cannot starve the engine's clock.
-pub const MAX_RECV_PER_WAKE: usize = 256;
+pub const RECV_PER_WAKE_MAX: usize = 256;
 
 pub struct Transport {
     pub sock: UdpSocket,
@@ -78,7 +78,7 @@ impl Transport {
             counter: self.counter,
             body,
         };
-        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+        let mut buf = [0u8; DATAGRAM_BYTES_MAX];
         let n = match ctrl::encode(&env, &self.key, &mut buf) {
             Ok(n) => n,
             Err(e) => {
@@ -97,8 +97,8 @@ impl Transport {
 
     /// The next good datagram, if one is waiting.
     pub fn recv(&mut self) -> Option<Received> {
-        let mut buf = [0u8; MAX_DATAGRAM_BYTES + 1];
-        for _ in 0..MAX_RECV_PER_WAKE {
+        let mut buf = [0u8; DATAGRAM_BYTES_MAX + 1];
+        for _ in 0..RECV_PER_WAKE_MAX {
             let (n, from) = match self.sock.recv_from(&mut buf) {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,

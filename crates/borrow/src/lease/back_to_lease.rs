@@ -83,7 +83,7 @@ impl Ear {
         let start = Instant::now();
         let opts = RelocateOptions {
             deadline: Some(start + MOVE_DEADLINE),
-            batch_pages: relocate::MAX_BATCH_PAGES,
+            batch_pages: relocate::BATCH_PAGES_MAX,
         };
         let from = self.members[i].donor_name.clone();
         match self.members[i].reloc.relocate(target, opts, &|_| {}) {

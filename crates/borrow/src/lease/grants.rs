@@ -5,7 +5,7 @@
 //! first segment, by `open::cluster`).
 
 use super::reclaim::home_store;
-use super::{member, Ear, Event, Grow, Member, MAX_PENDING};
+use super::{member, Ear, Event, Grow, Member, PENDING_MAX};
 use anyhow::{Context, Result};
 use memlend_pool::api::{self, Ask, LeaseGrant, Tell};
 use memlend_remote::ClientConfig;
@@ -56,7 +56,7 @@ impl Ear {
                     tracing::warn!(%message, "memlendd refused an ask for leases");
                     break;
                 }
-                Ok(other) if self.pending.len() < MAX_PENDING => self.pending.push_back(other),
+                Ok(other) if self.pending.len() < PENDING_MAX => self.pending.push_back(other),
                 Ok(_) => tracing::error!("too many events set aside; one dropped"),
                 Err(RecvTimeoutError::Timeout) => break,
                 Err(RecvTimeoutError::Disconnected) => break,

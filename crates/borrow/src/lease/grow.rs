@@ -4,7 +4,7 @@
 //! and using 3 holds about 3 GiB of the cluster's memory, not 32, and a
 //! cluster that cannot lend everything at once can still run it.
 //!
-//! Segment sizes start at `first` and double, up to `MAX_SEGMENT_BYTES`:
+//! Segment sizes start at `first` and double, up to `SEGMENT_BYTES_MAX`:
 //! few leases for a big region (each lease is a slab and a connection),
 //! small ones while a region is young. Offsets are fixed, so the preload
 //! shim's arena, which allocates from the low end, fills segments in order.
@@ -19,9 +19,9 @@ use std::time::Duration;
 /// The first segment's size unless `MEMLEND_LEASE_FIRST` says otherwise.
 pub const DEFAULT_FIRST_BYTES: u64 = 256 << 20;
 /// The smallest first segment: the daemon's grant unit.
-pub const MIN_FIRST_BYTES: u64 = 1 << 20;
+pub const FIRST_BYTES_MIN: u64 = 1 << 20;
 /// The largest segment: a reclaim moves a whole lease before its deadline.
-pub const MAX_SEGMENT_BYTES: u64 = 2 << 30;
+pub const SEGMENT_BYTES_MAX: u64 = 2 << 30;
 /// How long a write waits for its segment's lease.
 pub const GROW_WAIT: Duration = Duration::from_secs(3);
 /// After a segment could not be leased, writes to it fail at once for this
@@ -31,9 +31,9 @@ pub const GROW_RETRY: Duration = Duration::from_secs(1);
 
 /// Segment sizes in pages for a region of `pages`: `first_pages`, then
 /// each the double of the one before (the second equals the first), at
-/// most `MAX_SEGMENT_BYTES`, the last what is left.
+/// most `SEGMENT_BYTES_MAX`, the last what is left.
 pub fn layout(pages: u64, first_pages: u64) -> Vec<u64> {
-    let max_pages = MAX_SEGMENT_BYTES / PAGE_SIZE as u64;
+    let max_pages = SEGMENT_BYTES_MAX / PAGE_SIZE as u64;
     let mut sizes = Vec::new();
     let (mut left, mut next) = (pages, first_pages.clamp(1, max_pages));
     while left > 0 {
@@ -56,7 +56,7 @@ pub fn first_bytes() -> anyhow::Result<u64> {
     let text = text.to_string_lossy();
     let bytes = memlend_node::size::parse_size(&text)
         .map_err(|e| anyhow::anyhow!("{}={text}: {e}", crate::env::LEASE_FIRST))?;
-    Ok(bytes.max(MIN_FIRST_BYTES).div_ceil(MIN_FIRST_BYTES) * MIN_FIRST_BYTES)
+    Ok(bytes.max(FIRST_BYTES_MIN).div_ceil(FIRST_BYTES_MIN) * FIRST_BYTES_MIN)
 }
 
 /// Where a segment's `Grow` goes, as one of the lease thread's events.

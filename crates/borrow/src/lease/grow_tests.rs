@@ -12,7 +12,7 @@ fn segments_start_small_double_and_cover_the_region_exactly() {
     let sizes = layout(16 << 18, first);
     assert_eq!(sizes.iter().sum::<u64>(), 16 << 18, "16 GiB in pages");
     assert_eq!(&sizes[..4], &[first, first, 2 * first, 4 * first]);
-    assert!(sizes.iter().all(|&s| s <= MAX_SEGMENT_BYTES / PAGE_SIZE as u64));
+    assert!(sizes.iter().all(|&s| s <= SEGMENT_BYTES_MAX / PAGE_SIZE as u64));
     assert_eq!(sizes.len(), 4 + 7, "2 GiB in four, then 2 GiB each: {sizes:?}");
     assert_eq!(layout(100, first), vec![100], "a small region is one lease");
     assert_eq!(layout(5, 2), vec![2, 2, 1]);

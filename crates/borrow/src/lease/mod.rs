@@ -35,10 +35,10 @@ use std::time::{Duration, Instant};
 /// Activity reports to the daemon (reclaim takes the least active first).
 const ACTIVITY_EVERY: Duration = Duration::from_secs(1);
 /// Events set aside while a lease is awaited.
-pub(crate) const MAX_PENDING: usize = 1024;
+pub(crate) const PENDING_MAX: usize = 1024;
 /// Events not yet taken by the lease thread (the daemon's lines wait in
 /// the socket beyond this; a segment's ask waits to be queued).
-const MAX_QUEUED: usize = 256;
+const QUEUED_MAX: usize = 256;
 
 /// What the lease thread acts on.
 pub enum Event {
@@ -109,7 +109,7 @@ pub struct Handoff {
 
 /// The channel that segments ask on; give its receiver to [`spawn`].
 pub fn channel() -> (SyncSender<Event>, Receiver<Event>) {
-    mpsc::sync_channel(MAX_QUEUED)
+    mpsc::sync_channel(QUEUED_MAX)
 }
 
 /// Start the lease thread; `first` is segment 0's store.

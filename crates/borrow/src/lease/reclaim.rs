@@ -43,7 +43,7 @@ impl Ear {
         // busy where 256 KiB ones moved 3 MB/s. Writers to a batch's pages
         // wait for it, a few ms on a LAN.
         let opts =
-            RelocateOptions { deadline: Some(deadline), batch_pages: relocate::MAX_BATCH_PAGES };
+            RelocateOptions { deadline: Some(deadline), batch_pages: relocate::BATCH_PAGES_MAX };
         let progress = |p: Progress| {
             if p.pages_copied.is_multiple_of(16_384) || p.pages_copied == p.pages_total {
                 tracing::info!(copied = p.pages_copied, total = p.pages_total, "moving pages");

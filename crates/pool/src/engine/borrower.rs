@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 
 /// The most one `want` may ask for: far beyond any node's memory, and far
 /// from overflowing when rounded up to the grant unit.
-pub const MAX_WANT_BYTES: u64 = 1 << 50;
+pub const WANT_BYTES_MAX: u64 = 1 << 50;
 
 impl Engine {
     /// A local owner (a process) wants `bytes` more. The answer comes as
@@ -21,7 +21,7 @@ impl Engine {
     pub fn want(&mut self, now_us: u64, owner: u64, bytes: u64) {
         self.advance(now_us);
         let unit = self.cfg.grant_unit_bytes.max(1);
-        assert!(bytes <= MAX_WANT_BYTES, "callers check MAX_WANT_BYTES");
+        assert!(bytes <= WANT_BYTES_MAX, "callers check WANT_BYTES_MAX");
         let bytes = bytes.div_ceil(unit) * unit;
         if bytes == 0 {
             return;

@@ -90,7 +90,7 @@ impl Config {
             stranded_ms: 5_000,
             grant_unit_bytes: 1 << 20,
             max_lent: 256,
-            max_borrowed: memlend_wire::ctrl::MAX_HEARTBEAT_LEASES,
+            max_borrowed: memlend_wire::ctrl::HEARTBEAT_LEASES_MAX,
             max_demands: 64,
             request_fanout: 3,
         }

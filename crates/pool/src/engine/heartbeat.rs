@@ -12,7 +12,7 @@
 
 use super::summary::{far_timeouts_us, refresh_us};
 use super::{BorrowedState, Dest, Engine, Event, Output, MS};
-use memlend_wire::ctrl::{Body, Heartbeat, NodeClass, NodeId, MAX_HEARTBEAT_LEASES};
+use memlend_wire::ctrl::{Body, Heartbeat, NodeClass, NodeId, HEARTBEAT_LEASES_MAX};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -114,7 +114,7 @@ impl Engine {
                 .borrowed
                 .values()
                 .filter(|b| b.donor == d && b.state != BorrowedState::Binding)
-                .take(MAX_HEARTBEAT_LEASES)
+                .take(HEARTBEAT_LEASES_MAX)
                 .map(|b| b.report())
                 .collect(),
         };

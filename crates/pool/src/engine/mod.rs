@@ -22,7 +22,7 @@ mod output;
 mod summary;
 mod types;
 
-pub use borrower::MAX_WANT_BYTES;
+pub use borrower::WANT_BYTES_MAX;
 pub use config::{Config, MS};
 pub use metrics::{kind, Metrics, KINDS};
 pub use output::{Dest, Event, Output};
@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 
 /// Most outputs queued between two drains. The daemon drains after every
 /// call, so reaching this is a bug; it is asserted.
-const MAX_OUTPUTS: usize = 4096;
+const OUTPUTS_MAX: usize = 4096;
 
 /// Clone: the model checker forks the whole engine at every choice.
 pub struct Engine {
@@ -233,7 +233,7 @@ impl Engine {
     }
 
     fn push(&mut self, o: Output) {
-        assert!(self.out.len() < MAX_OUTPUTS, "engine outputs not drained");
+        assert!(self.out.len() < OUTPUTS_MAX, "engine outputs not drained");
         if let Output::Send { body, .. } = &o {
             self.metrics.sent(body);
         }

@@ -17,10 +17,10 @@ use memlend_wire::nbd::{encode_block_status_chunk, state, Extent};
 
 const PS: u64 = PAGE_SIZE as u64;
 /// Most extents in one reply (32 KiB of descriptors).
-pub(crate) const MAX_EXTENTS_PER_REPLY: usize = 4096;
+pub(crate) const EXTENTS_PER_REPLY_MAX: usize = 4096;
 /// Most pages asked of the store for one request (128 MiB): bounds its work
 /// and the runs it returns.
-const MAX_PAGES_PER_REQUEST: u64 = 32 << 10;
+const PAGES_PER_REQUEST_MAX: u64 = 32 << 10;
 const HOLE_FLAGS: u32 = state::HOLE | state::ZERO;
 const DATA_FLAGS: u32 = 0;
 
@@ -30,7 +30,7 @@ impl ExportState {
     pub fn extents(&self, offset: u64, len: u32, max_extents: usize) -> StoreResult<Vec<Extent>> {
         let first_page = offset / PS;
         let end_page = (offset + len as u64).div_ceil(PS);
-        let count = (end_page - first_page).min(MAX_PAGES_PER_REQUEST);
+        let count = (end_page - first_page).min(PAGES_PER_REQUEST_MAX);
         let mut runs = Vec::new();
         if let Some(known) = self.store.allocation(first_page, count, &mut runs) {
             known?;
@@ -87,7 +87,7 @@ impl Session {
         req_one: bool,
         out: &mut OutBuf,
     ) {
-        let max_extents = if req_one { 1 } else { MAX_EXTENTS_PER_REPLY };
+        let max_extents = if req_one { 1 } else { EXTENTS_PER_REPLY_MAX };
         match self.export.extents(offset, len, max_extents) {
             Ok(extents) => {
                 let mut chunk = Vec::new();
@@ -159,10 +159,10 @@ mod tests {
 
     #[test]
     fn a_long_request_is_answered_for_a_bounded_part() {
-        let pages = MAX_PAGES_PER_REQUEST * 2;
+        let pages = PAGES_PER_REQUEST_MAX * 2;
         let x = export(pages);
         let len = u32::try_from(pages * PS).unwrap();
         let got = x.extents(0, len, 100).unwrap();
-        assert_eq!(got, [e((MAX_PAGES_PER_REQUEST * PS) as u32, H)]);
+        assert_eq!(got, [e((PAGES_PER_REQUEST_MAX * PS) as u32, H)]);
     }
 }

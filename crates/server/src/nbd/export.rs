@@ -2,7 +2,7 @@
 
 use memlend_store::page_locks::PageLocks;
 use memlend_store::{Caps, PageStore, PAGE_SIZE};
-use memlend_wire::nbd::{tx_flags, MAX_STRING_BYTES};
+use memlend_wire::nbd::{tx_flags, STRING_BYTES_MAX};
 use parking_lot::RwLockWriteGuard;
 use std::io;
 use std::sync::Arc;
@@ -54,7 +54,7 @@ pub(crate) struct ExportState {
 impl ExportState {
     pub fn new(e: Export) -> io::Result<Self> {
         let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
-        if e.name.len() > MAX_STRING_BYTES || e.description.len() > MAX_STRING_BYTES {
+        if e.name.len() > STRING_BYTES_MAX || e.description.len() > STRING_BYTES_MAX {
             return Err(invalid(format!(
                 "export {:?}: name or description over 4096 bytes",
                 e.name

@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 
 /// Decrypted bytes held for a slow plain side before the relay stops
 /// reading the client.
-const MAX_PENDING_PLAIN_BYTES: usize = 1 << 20;
+const PENDING_PLAIN_BYTES_MAX: usize = 1 << 20;
 /// Bytes read from the plain side at a time, and so encrypted at once.
 const CHUNK_BYTES: usize = 64 << 10;
 /// Encrypted bytes rustls may hold unsent; above one chunk's records.
@@ -85,7 +85,7 @@ impl<S: Socket> Relay<S> {
     }
 
     fn wants_client(&self) -> bool {
-        !self.client_done && self.to_plain.len() < MAX_PENDING_PLAIN_BYTES
+        !self.client_done && self.to_plain.len() < PENDING_PLAIN_BYTES_MAX
     }
 
     /// Read the plain side only once the last chunk's records are sent, so
@@ -97,7 +97,7 @@ impl<S: Socket> Relay<S> {
     /// Take what rustls has decrypted and hand it on as far as the plain
     /// side takes it without blocking.
     fn decrypted_to_plain(&mut self) -> io::Result<()> {
-        while self.to_plain.len() < MAX_PENDING_PLAIN_BYTES {
+        while self.to_plain.len() < PENDING_PLAIN_BYTES_MAX {
             match self.conn.reader().read(&mut self.chunk) {
                 Ok(0) => {
                     self.client_done = true;

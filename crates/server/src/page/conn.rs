@@ -21,11 +21,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Room for one largest frame plus a batch of small ones.
-const IN_BUF_BYTES: usize = REQ_HEADER_LEN + limits::MAX_PAYLOAD_BYTES as usize + (256 << 10);
+const IN_BUF_BYTES: usize = REQ_HEADER_LEN + limits::PAYLOAD_BYTES_MAX as usize + (256 << 10);
 /// Send buffered replies once they reach this size, even mid-batch.
 const OUT_FLUSH_BYTES: usize = 256 << 10;
 /// Reply memory kept between batches: one flush batch plus a largest reply.
-const OUT_KEEP_BYTES: usize = OUT_FLUSH_BYTES + limits::MAX_REPLY_PAYLOAD_BYTES as usize + 4096;
+const OUT_KEEP_BYTES: usize = OUT_FLUSH_BYTES + limits::REPLY_PAYLOAD_BYTES_MAX as usize + 4096;
 /// Slabs a connection remembers without asking the registry.
 const SLAB_CACHE_LEN: usize = 16;
 

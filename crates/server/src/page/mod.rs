@@ -48,8 +48,8 @@ impl Default for PageServerConfig {
         PageServerConfig {
             key: None,
             max_connections: 256,
-            max_batch_pages: limits::MAX_BATCH_PAGES,
-            max_inflight: limits::MAX_INFLIGHT,
+            max_batch_pages: limits::BATCH_PAGES_MAX,
+            max_inflight: limits::INFLIGHT_MAX,
             handshake_timeout: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(60),
             spin_before_sleep: Duration::from_micros(200),
@@ -70,8 +70,8 @@ const SESSIONS_PER_CONNECTION: usize = 2;
 
 impl PageServer {
     pub fn new(cfg: PageServerConfig, registry: Registry) -> Arc<Self> {
-        assert!(cfg.max_batch_pages >= 1 && cfg.max_batch_pages <= limits::MAX_BATCH_PAGES);
-        assert!(cfg.max_inflight >= 1 && cfg.max_inflight <= limits::MAX_INFLIGHT);
+        assert!(cfg.max_batch_pages >= 1 && cfg.max_batch_pages <= limits::BATCH_PAGES_MAX);
+        assert!(cfg.max_inflight >= 1 && cfg.max_inflight <= limits::INFLIGHT_MAX);
         assert!(cfg.spin_before_sleep <= Duration::from_millis(10), "a longer spin burns a core");
         let max_sessions = cfg.max_connections * SESSIONS_PER_CONNECTION;
         let sessions = sessions::Sessions::new(max_sessions, cfg.max_inflight as usize);

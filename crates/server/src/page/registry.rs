@@ -184,7 +184,7 @@ impl Registry {
             tracing::warn!(pages, cap_pages, "slab refused: beyond the per-borrower cap");
             return Err(Status::NoSpace);
         }
-        if b.slabs.len() >= limits::MAX_SLABS_PER_BORROWER as usize {
+        if b.slabs.len() >= limits::SLABS_PER_BORROWER_MAX as usize {
             return Err(Status::TooManySlabs);
         }
         // The store is made under the lock: slab opens are rare (control

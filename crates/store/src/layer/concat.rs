@@ -9,7 +9,7 @@ use crate::{StoreResult, WriteOp, PAGE_SIZE};
 use std::sync::Arc;
 
 /// Most members of one concat.
-pub const MAX_MEMBERS: usize = 256;
+pub const MEMBERS_MAX: usize = 256;
 
 pub struct Concat {
     stores: Vec<Arc<dyn PageStore>>,
@@ -19,8 +19,8 @@ pub struct Concat {
 
 impl Concat {
     pub fn new(stores: Vec<Arc<dyn PageStore>>) -> StoreResult<Self> {
-        if stores.is_empty() || stores.len() > MAX_MEMBERS {
-            return Err(StoreError::Unavailable(format!("concat: needs 1..={MAX_MEMBERS} stores")));
+        if stores.is_empty() || stores.len() > MEMBERS_MAX {
+            return Err(StoreError::Unavailable(format!("concat: needs 1..={MEMBERS_MAX} stores")));
         }
         let mut starts = vec![0u64];
         for s in &stores {

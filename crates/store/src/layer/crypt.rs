@@ -74,7 +74,7 @@ const PAGE_BITS: u32 = 40;
 /// Bits of a page's version word: 47 of version and the `DISCARDED` flag.
 const WORD_BITS: u32 = 48;
 /// Largest version a page may reach.
-const MAX_VERSION: u64 = (1 << (WORD_BITS - 1)) - 1;
+const VERSION_MAX: u64 = (1 << (WORD_BITS - 1)) - 1;
 /// Flag in a page's version word: discarded, reads as zeroes. The version
 /// stays, so the next write still takes a fresh nonce.
 const DISCARDED: u64 = 1 << (WORD_BITS - 1);
@@ -124,7 +124,7 @@ impl<S: SidecarStore> Crypt<S> {
     /// which the store below holds).
     pub const METADATA_BYTES_PER_PAGE: usize = 6;
     /// Largest store this layer can wrap: the page index must fit the nonce.
-    pub const MAX_PAGES: u64 = 1 << PAGE_BITS;
+    pub const PAGES_MAX: u64 = 1 << PAGE_BITS;
 
     /// Wrap `inner`, encrypting under `key`. What `inner` holds now is
     /// ignored: every page reads as zeroes until written through the layer.
@@ -132,7 +132,7 @@ impl<S: SidecarStore> Crypt<S> {
     /// process or any other: nonces are unique only within one layer.
     pub fn new(inner: S, key: [u8; 32]) -> StoreResult<Self> {
         let pages = inner.info().pages;
-        if pages > Self::MAX_PAGES {
+        if pages > Self::PAGES_MAX {
             return Err(StoreError::NoSpace(format!(
                 "crypt: a store of {pages} pages is over the limit of 2^{PAGE_BITS}"
             )));
@@ -168,8 +168,8 @@ impl<S: SidecarStore> Crypt<S> {
 
     /// The version the next write of `page` takes. The caller owns its stripe.
     fn next_version(&self, page: u64) -> StoreResult<u64> {
-        let version = self.versions.get(page) & MAX_VERSION;
-        if version == MAX_VERSION {
+        let version = self.versions.get(page) & VERSION_MAX;
+        if version == VERSION_MAX {
             return Err(StoreError::NoSpace(format!(
                 "crypt: page {page} has used all 2^47 versions of its nonce"
             )));
@@ -187,8 +187,8 @@ impl<S: SidecarStore> Crypt<S> {
         for (page, dst) in pages.zip(sealed.chunks_exact_mut(PAGE_SIZE)) {
             // Recorded page by page, so that a page named twice in one batch
             // (which callers must not do) still takes two nonces.
-            let version = self.versions.get(page) & MAX_VERSION;
-            debug_assert!(version < MAX_VERSION, "checked by write_sealed");
+            let version = self.versions.get(page) & VERSION_MAX;
+            debug_assert!(version < VERSION_MAX, "checked by write_sealed");
             let version = version + 1;
             let tag =
                 (self.cipher.seal_in_place_separate_tag(nonce(page, version), Aad::empty(), dst))
@@ -282,7 +282,7 @@ impl<S: SidecarStore> Crypt<S> {
 
 /// The nonce of one page version: `page | version << 40`, little-endian.
 fn nonce(page: u64, version: u64) -> Nonce {
-    debug_assert!(page < 1 << PAGE_BITS && (1..=MAX_VERSION).contains(&version));
+    debug_assert!(page < 1 << PAGE_BITS && (1..=VERSION_MAX).contains(&version));
     let value = u128::from(page) | (u128::from(version) << PAGE_BITS);
     let bytes: [u8; 12] = value.to_le_bytes()[..12].try_into().expect("12 of 16 bytes");
     Nonce::assume_unique_for_key(bytes)

@@ -122,7 +122,7 @@ fn nonce_is_page_low_and_version_high() {
     let n = nonce(0x01_0203_0405, 0x06_0708);
     assert_eq!(n.as_ref(), &[5, 4, 3, 2, 1, 8, 7, 6, 0, 0, 0, 0]);
     let top = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0];
-    assert_eq!(nonce((1 << 40) - 1, MAX_VERSION).as_ref(), &top);
+    assert_eq!(nonce((1 << 40) - 1, VERSION_MAX).as_ref(), &top);
 }
 
 /// The version word lives in two tables (32 + 16 bits): a version past
@@ -298,7 +298,7 @@ fn rewriting_the_same_data_gives_a_new_ciphertext() {
 fn a_page_out_of_versions_refuses_the_whole_batch() {
     let s = crypt(8);
     write_run(&s, 4, &[1u8; 2 * PAGE_SIZE]);
-    s.versions.set(5, MAX_VERSION);
+    s.versions.set(5, VERSION_MAX);
     let err = s.write(&[WriteOp { page: 4, data: &[2u8; 2 * PAGE_SIZE] }]).unwrap_err();
     assert!(matches!(err, StoreError::NoSpace(_)), "{err}");
     assert_eq!(s.versions.get(4), 1, "page 4 not re-sealed");

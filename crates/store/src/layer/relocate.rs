@@ -25,7 +25,7 @@ use std::time::Instant;
 use thiserror::Error;
 
 /// Most pages one copy batch holds locked.
-pub const MAX_BATCH_PAGES: u64 = 1024;
+pub const BATCH_PAGES_MAX: u64 = 1024;
 
 #[derive(Clone, Copy, Debug)]
 pub struct RelocateOptions {
@@ -167,7 +167,7 @@ impl Relocatable {
         opts: RelocateOptions,
         progress: &dyn Fn(Progress),
     ) -> Result<(), RelocateError> {
-        let batch = opts.batch_pages.clamp(1, MAX_BATCH_PAGES);
+        let batch = opts.batch_pages.clamp(1, BATCH_PAGES_MAX);
         let mut buf = vec![0u8; batch as usize * PAGE_SIZE];
         let mut page = 0;
         while page < total {

@@ -13,7 +13,7 @@ use crate::{StoreResult, WriteOp, PAGE_SIZE};
 use std::sync::Arc;
 
 /// Most stores one stripe spreads over.
-pub const MAX_STORES: usize = 64;
+pub const STORES_MAX: usize = 64;
 
 pub struct Stripe {
     stores: Vec<Arc<dyn PageStore>>,
@@ -36,8 +36,8 @@ impl Stripe {
     /// the same whole number of chunks; the stripe is their sum.
     pub fn new(stores: Vec<Arc<dyn PageStore>>, chunk_pages: u64) -> StoreResult<Self> {
         let bad = |why: String| Err(StoreError::Unavailable(format!("stripe: {why}")));
-        if stores.is_empty() || stores.len() > MAX_STORES || chunk_pages == 0 {
-            return bad(format!("needs 1..={MAX_STORES} stores and chunk_pages > 0"));
+        if stores.is_empty() || stores.len() > STORES_MAX || chunk_pages == 0 {
+            return bad(format!("needs 1..={STORES_MAX} stores and chunk_pages > 0"));
         }
         let each = stores[0].info().pages;
         if stores.iter().any(|s| s.info().pages != each) || !each.is_multiple_of(chunk_pages) {

@@ -165,18 +165,18 @@ pub(super) fn put(w: &mut W, b: &Body) -> Result<(), CtrlError> {
 }
 
 fn put_heartbeat(w: &mut W, h: &Heartbeat) -> Result<(), CtrlError> {
-    if h.name.len() > MAX_NAME_BYTES {
+    if h.name.len() > NAME_BYTES_MAX {
         return Err(CtrlError::Limit {
             what: "name bytes",
             got: h.name.len(),
-            limit: MAX_NAME_BYTES,
+            limit: NAME_BYTES_MAX,
         });
     }
-    if h.leases.len() > MAX_HEARTBEAT_LEASES {
+    if h.leases.len() > HEARTBEAT_LEASES_MAX {
         return Err(CtrlError::Limit {
             what: "heartbeat leases",
             got: h.leases.len(),
-            limit: MAX_HEARTBEAT_LEASES,
+            limit: HEARTBEAT_LEASES_MAX,
         });
     }
     w.u8(h.name.len() as u8)?;
@@ -236,8 +236,8 @@ pub(super) fn get(r: &mut R, kind: u8) -> Result<Body, CtrlError> {
 
 fn get_heartbeat(r: &mut R) -> Result<Heartbeat, CtrlError> {
     let n = r.u8("name")? as usize;
-    if n > MAX_NAME_BYTES {
-        return Err(CtrlError::Limit { what: "name bytes", got: n, limit: MAX_NAME_BYTES });
+    if n > NAME_BYTES_MAX {
+        return Err(CtrlError::Limit { what: "name bytes", got: n, limit: NAME_BYTES_MAX });
     }
     let name = std::str::from_utf8(r.bytes(n, "name")?)
         .map_err(|_| CtrlError::BadField("name"))?
@@ -248,11 +248,11 @@ fn get_heartbeat(r: &mut R) -> Result<Heartbeat, CtrlError> {
     let available_bytes = r.u64("available_bytes")?;
     let data_addr = r.addr("data_addr")?;
     let count = r.u8("leases")? as usize;
-    if count > MAX_HEARTBEAT_LEASES {
+    if count > HEARTBEAT_LEASES_MAX {
         return Err(CtrlError::Limit {
             what: "heartbeat leases",
             got: count,
-            limit: MAX_HEARTBEAT_LEASES,
+            limit: HEARTBEAT_LEASES_MAX,
         });
     }
     let mut leases = Vec::with_capacity(count);

@@ -10,21 +10,21 @@
 
 use super::auth::{CtrlKey, CTRL_MAC_BYTES};
 use super::body::{get, put, type_of, R, W};
-use super::msg::{Envelope, CTRL_VERSION, MAX_DATAGRAM_BYTES};
+use super::msg::{Envelope, CTRL_VERSION, DATAGRAM_BYTES_MAX};
 use super::CtrlError;
 
 pub const CTRL_MAGIC: [u8; 4] = *b"MLCT";
 pub const CTRL_HEADER_BYTES: usize = 44;
 /// The shortest datagram: a header, an empty body, a MAC.
-pub const MIN_DATAGRAM_BYTES: usize = CTRL_HEADER_BYTES + CTRL_MAC_BYTES;
+pub const DATAGRAM_BYTES_MIN: usize = CTRL_HEADER_BYTES + CTRL_MAC_BYTES;
 
 /// Encode, sign, and return the datagram's length in `out` (which must hold
-/// [`MAX_DATAGRAM_BYTES`]). Refuses what the decoder would refuse.
+/// [`DATAGRAM_BYTES_MAX`]). Refuses what the decoder would refuse.
 pub fn encode(env: &Envelope, key: &CtrlKey, out: &mut [u8]) -> Result<usize, CtrlError> {
     if env.counter == 0 {
         return Err(CtrlError::BadField("counter"));
     }
-    let limit = out.len().min(MAX_DATAGRAM_BYTES);
+    let limit = out.len().min(DATAGRAM_BYTES_MAX);
     let buf = &mut out[..limit];
     let mut w = W { buf, at: 0 };
     w.bytes(&CTRL_MAGIC)?;
@@ -50,11 +50,11 @@ pub fn encode(env: &Envelope, key: &CtrlKey, out: &mut [u8]) -> Result<usize, Ct
 /// Check and decode one datagram. The caller still checks the cluster id
 /// and the replay window.
 pub fn decode(d: &[u8], key: &CtrlKey) -> Result<Envelope, CtrlError> {
-    if d.len() < MIN_DATAGRAM_BYTES {
-        return Err(CtrlError::TooShort { got: d.len(), need: MIN_DATAGRAM_BYTES });
+    if d.len() < DATAGRAM_BYTES_MIN {
+        return Err(CtrlError::TooShort { got: d.len(), need: DATAGRAM_BYTES_MIN });
     }
-    if d.len() > MAX_DATAGRAM_BYTES {
-        return Err(CtrlError::TooLong { got: d.len(), limit: MAX_DATAGRAM_BYTES });
+    if d.len() > DATAGRAM_BYTES_MAX {
+        return Err(CtrlError::TooLong { got: d.len(), limit: DATAGRAM_BYTES_MAX });
     }
     if d[..4] != CTRL_MAGIC {
         return Err(CtrlError::BadMagic(u32::from_le_bytes(d[..4].try_into().expect("4 bytes"))));

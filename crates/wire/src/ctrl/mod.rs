@@ -13,7 +13,7 @@ mod replay;
 mod tests;
 
 pub use auth::{cluster_id_from_key, CtrlKey, CTRL_MAC_BYTES};
-pub use codec::{decode, encode, CTRL_HEADER_BYTES, CTRL_MAGIC, MIN_DATAGRAM_BYTES};
+pub use codec::{decode, encode, CTRL_HEADER_BYTES, CTRL_MAGIC, DATAGRAM_BYTES_MIN};
 pub use error::CtrlError;
 pub use msg::*;
-pub use replay::{ReplayError, ReplayGuard, MAX_SENDERS, REPLAY_WINDOW};
+pub use replay::{ReplayError, ReplayGuard, REPLAY_WINDOW, SENDERS_MAX};

@@ -7,11 +7,11 @@ use std::net::SocketAddr;
 pub const CTRL_VERSION: u8 = 1;
 /// Largest datagram we send or accept: fits a 1500-byte Ethernet MTU after
 /// IPv6 (40 B) and UDP (8 B) headers, so nothing is ever fragmented.
-pub const MAX_DATAGRAM_BYTES: usize = 1452;
+pub const DATAGRAM_BYTES_MAX: usize = 1452;
 /// Longest node name, in bytes of UTF-8.
-pub const MAX_NAME_BYTES: usize = 32;
+pub const NAME_BYTES_MAX: usize = 32;
 /// Most leases one heartbeat reports. A borrower node never holds more.
-pub const MAX_HEARTBEAT_LEASES: usize = 48;
+pub const HEARTBEAT_LEASES_MAX: usize = 48;
 
 /// A node's id: stable across restarts of the same node (it is derived from
 /// the node's name), so peers can tell a restart (same id, higher
@@ -164,6 +164,6 @@ pub struct Heartbeat {
     pub available_bytes: u64,
     /// Where this node's page protocol is served (0.0.0.0:0 if it lends none).
     pub data_addr: SocketAddr,
-    /// At most [`MAX_HEARTBEAT_LEASES`].
+    /// At most [`HEARTBEAT_LEASES_MAX`].
     pub leases: Vec<LeaseReport>,
 }

@@ -15,7 +15,7 @@ pub const REPLAY_WINDOW: u64 = 64;
 /// Senders tracked. A new sender beyond this evicts the one heard from
 /// longest ago: with a MAC on every datagram only cluster members can add
 /// senders, so this bounds memory without refusing a real new node.
-pub const MAX_SENDERS: usize = 4096;
+pub const SENDERS_MAX: usize = 4096;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ReplayError {
@@ -93,7 +93,7 @@ impl ReplayGuard {
     }
 
     fn make_room(&mut self) {
-        if self.senders.len() < MAX_SENDERS {
+        if self.senders.len() < SENDERS_MAX {
             return;
         }
         if let Some((&oldest, _)) = self.senders.iter().min_by_key(|(_, w)| w.last_use) {

@@ -14,7 +14,7 @@ fn env(body: Body) -> Envelope {
 }
 
 fn enc(e: &Envelope) -> Vec<u8> {
-    let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+    let mut buf = [0u8; DATAGRAM_BYTES_MAX];
     let n = encode(e, &key(), &mut buf).unwrap();
     buf[..n].to_vec()
 }
@@ -73,7 +73,7 @@ fn arb_body() -> impl Strategy<Value = Body> {
             class,
             any::<[u64; 5]>(),
             arb_addr(),
-            proptest::collection::vec(report, 0..=MAX_HEARTBEAT_LEASES)
+            proptest::collection::vec(report, 0..=HEARTBEAT_LEASES_MAX)
         )
             .prop_map(|(name, class, m, data_addr, leases)| Body::Heartbeat(Heartbeat {
                 name,
@@ -94,7 +94,7 @@ proptest! {
     fn every_message_round_trips(body in arb_body(), c in 1u64.., s in any::<u64>()) {
         let e = Envelope { cluster_id: s, sender: s ^ 1, incarnation: s.rotate_left(7), counter: c, body };
         let d = enc(&e);
-        prop_assert!(d.len() <= MAX_DATAGRAM_BYTES);
+        prop_assert!(d.len() <= DATAGRAM_BYTES_MAX);
         prop_assert_eq!(decode(&d, &key()).unwrap(), e);
     }
 
@@ -165,9 +165,9 @@ fn signed_but_malformed_bodies_are_refused_by_field() {
 
 #[test]
 fn encoding_refuses_what_decoding_would() {
-    let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+    let mut buf = [0u8; DATAGRAM_BYTES_MAX];
     let long = Heartbeat {
-        name: "x".repeat(MAX_NAME_BYTES + 1),
+        name: "x".repeat(NAME_BYTES_MAX + 1),
         class: NodeClass::Neutral,
         total_bytes: 0,
         used_bytes: 0,
@@ -203,8 +203,8 @@ fn the_replay_window() {
 #[test]
 fn the_sender_table_is_bounded() {
     let mut g = ReplayGuard::new();
-    for s in 0..MAX_SENDERS as u64 + 10 {
+    for s in 0..SENDERS_MAX as u64 + 10 {
         g.check_and_record(s, 1, 1).unwrap();
     }
-    assert_eq!(g.senders(), MAX_SENDERS);
+    assert_eq!(g.senders(), SENDERS_MAX);
 }

@@ -19,10 +19,10 @@ pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
 pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
 
 /// The longest string (export name, description, message) the protocol allows.
-pub const MAX_STRING_BYTES: usize = 4096;
+pub const STRING_BYTES_MAX: usize = 4096;
 /// Most queries one `OPT_LIST_META_CONTEXT` or `OPT_SET_META_CONTEXT` may
 /// carry. The protocol sets no limit; a client asks for a handful.
-pub const MAX_META_QUERIES: u32 = 128;
+pub const META_QUERIES_MAX: u32 = 128;
 
 /// The metadata context of allocation: which ranges are holes, which read
 /// as zero (`state::*`).

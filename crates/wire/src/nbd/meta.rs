@@ -7,7 +7,7 @@
 //! ```
 
 use super::error::need;
-use super::{be_u32, DecodeError, MAX_META_QUERIES, MAX_STRING_BYTES};
+use super::{be_u32, DecodeError, META_QUERIES_MAX, STRING_BYTES_MAX};
 
 /// Which export, and which contexts to list or select.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,8 +39,8 @@ impl<'a> MetaContextRequest<'a> {
         let (name, mut at) = string_at(b, 0, "export name")?;
         need("meta context request", b, at + 4)?;
         let count = be_u32(b, at);
-        if count > MAX_META_QUERIES {
-            let (got, limit) = (count as u64, MAX_META_QUERIES as u64);
+        if count > META_QUERIES_MAX {
+            let (got, limit) = (count as u64, META_QUERIES_MAX as u64);
             return Err(DecodeError::TooLong { what: "meta context query count", got, limit });
         }
         at += 4;
@@ -66,8 +66,8 @@ fn string_at<'a>(
 ) -> Result<(&'a [u8], usize), DecodeError> {
     need(what, b, at + 4)?;
     let len = be_u32(b, at) as u64;
-    if len > MAX_STRING_BYTES as u64 {
-        return Err(DecodeError::TooLong { what, got: len, limit: MAX_STRING_BYTES as u64 });
+    if len > STRING_BYTES_MAX as u64 {
+        return Err(DecodeError::TooLong { what, got: len, limit: STRING_BYTES_MAX as u64 });
     }
     let end = at + 4 + len as usize;
     need(what, b, end)?;
@@ -136,13 +136,13 @@ mod tests {
         assert!(matches!(MetaContextRequest::decode(&b), Err(DecodeError::TooLong { .. })));
         // One query more than the limit, each of them empty.
         let mut b = vec![0, 0, 0, 0];
-        b.extend_from_slice(&(MAX_META_QUERIES + 1).to_be_bytes());
-        b.extend(std::iter::repeat_n(0u8, 4 * (MAX_META_QUERIES as usize + 1)));
+        b.extend_from_slice(&(META_QUERIES_MAX + 1).to_be_bytes());
+        b.extend(std::iter::repeat_n(0u8, 4 * (META_QUERIES_MAX as usize + 1)));
         assert!(matches!(MetaContextRequest::decode(&b), Err(DecodeError::TooLong { .. })));
         // A query longer than a protocol string may be.
         let mut b = vec![0, 0, 0, 0, 0, 0, 0, 1];
-        b.extend_from_slice(&(MAX_STRING_BYTES as u32 + 1).to_be_bytes());
-        b.extend(std::iter::repeat_n(b'a', MAX_STRING_BYTES + 1));
+        b.extend_from_slice(&(STRING_BYTES_MAX as u32 + 1).to_be_bytes());
+        b.extend(std::iter::repeat_n(b'a', STRING_BYTES_MAX + 1));
         assert!(matches!(MetaContextRequest::decode(&b), Err(DecodeError::TooLong { .. })));
         // A name longer than the data, and no data at all.
         assert!(MetaContextRequest::decode(&[0, 0, 0, 9, b'a']).is_err());
@@ -152,8 +152,8 @@ mod tests {
 
     #[test]
     fn the_limit_itself_is_accepted() {
-        let q = vec![b'q'; MAX_STRING_BYTES];
-        let queries = vec![&q[..]; MAX_META_QUERIES as usize];
+        let q = vec![b'q'; STRING_BYTES_MAX];
+        let queries = vec![&q[..]; META_QUERIES_MAX as usize];
         let r = MetaContextRequest { name: b"mem", queries };
         let b = r.encode();
         assert_eq!(MetaContextRequest::decode(&b).unwrap(), r);

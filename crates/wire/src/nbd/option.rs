@@ -8,7 +8,7 @@
 //! ```
 
 use super::error::need;
-use super::{be_u16, be_u32, be_u64, DecodeError, IHAVEOPT, MAX_STRING_BYTES, OPT_REPLY_MAGIC};
+use super::{be_u16, be_u32, be_u64, DecodeError, IHAVEOPT, OPT_REPLY_MAGIC, STRING_BYTES_MAX};
 
 pub const OPT_HEADER_LEN: usize = 16;
 pub const OPT_REPLY_HEADER_LEN: usize = 20;
@@ -99,8 +99,8 @@ impl<'a> InfoRequest<'a> {
     pub fn decode(b: &'a [u8]) -> Result<Self, DecodeError> {
         need("info request", b, 4)?;
         let name_len = be_u32(b, 0) as u64;
-        if name_len > MAX_STRING_BYTES as u64 {
-            let limit = MAX_STRING_BYTES as u64;
+        if name_len > STRING_BYTES_MAX as u64 {
+            let limit = STRING_BYTES_MAX as u64;
             return Err(DecodeError::TooLong { what: "export name", got: name_len, limit });
         }
         let name_end = 4 + name_len as usize;
@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn oversize_name_is_refused_before_reading_it() {
-        let mut b = (MAX_STRING_BYTES as u32 + 1).to_be_bytes().to_vec();
+        let mut b = (STRING_BYTES_MAX as u32 + 1).to_be_bytes().to_vec();
         b.extend_from_slice(&[0, 0]);
         assert!(matches!(InfoRequest::decode(&b), Err(DecodeError::TooLong { .. })));
         let huge = u32::MAX.to_be_bytes();

@@ -11,7 +11,7 @@
 
 use super::error::need;
 use super::{be_u16, be_u32, be_u64, chunk_type, reply_flags, DecodeError};
-use super::{MAX_STRING_BYTES, SIMPLE_REPLY_MAGIC, STRUCTURED_REPLY_MAGIC};
+use super::{SIMPLE_REPLY_MAGIC, STRING_BYTES_MAX, STRUCTURED_REPLY_MAGIC};
 
 pub const SIMPLE_REPLY_LEN: usize = 16;
 pub const CHUNK_HEADER_LEN: usize = 20;
@@ -120,7 +120,7 @@ pub fn encode_none_chunk(cookie: u64) -> [u8; CHUNK_HEADER_LEN] {
 
 /// Append an ERROR chunk. The message is cut to the protocol's string limit.
 pub fn encode_error_chunk(out: &mut Vec<u8>, cookie: u64, error: u32, message: &[u8], done: bool) {
-    let message = &message[..message.len().min(MAX_STRING_BYTES)];
+    let message = &message[..message.len().min(STRING_BYTES_MAX)];
     let len = (ERROR_FIXED_LEN + message.len()) as u32;
     let h = ChunkHeader { flags: done_flag(done), kind: chunk_type::ERROR, cookie, len };
     out.extend_from_slice(&h.encode());
@@ -236,7 +236,7 @@ mod tests {
             prop_assert_eq!(h.len as usize, b.len() - CHUNK_HEADER_LEN);
             let (e, m) = decode_error_chunk(&b[CHUNK_HEADER_LEN..]).unwrap();
             prop_assert_eq!(e, error);
-            prop_assert_eq!(m, &msg[..msg.len().min(MAX_STRING_BYTES)]);
+            prop_assert_eq!(m, &msg[..msg.len().min(STRING_BYTES_MAX)]);
         }
     }
 

@@ -46,16 +46,16 @@ pub const SIDECAR_LEN: usize = 16;
 /// `Welcome`; it never accepts larger.
 pub mod limits {
     /// Pages in one READ/WRITE/READV/WRITEV (1 MiB of data).
-    pub const MAX_BATCH_PAGES: u32 = 256;
+    pub const BATCH_PAGES_MAX: u32 = 256;
     /// Requests a client may have outstanding on one connection.
-    pub const MAX_INFLIGHT: u32 = 128;
+    pub const INFLIGHT_MAX: u32 = 128;
     /// Slabs one borrower may hold open on one donor.
-    pub const MAX_SLABS_PER_BORROWER: u32 = 1024;
+    pub const SLABS_PER_BORROWER_MAX: u32 = 1024;
     /// The largest payload any request can carry: a full sealed WRITE
     /// (a WRITEV's 8 bytes of index a page are fewer).
-    pub const MAX_PAYLOAD_BYTES: u32 = MAX_BATCH_PAGES * SEALED_PAGE_BYTES;
+    pub const PAYLOAD_BYTES_MAX: u32 = BATCH_PAGES_MAX * SEALED_PAGE_BYTES;
     /// The largest reply payload: a full sealed READ.
-    pub const MAX_REPLY_PAYLOAD_BYTES: u32 = MAX_BATCH_PAGES * SEALED_PAGE_BYTES;
+    pub const REPLY_PAYLOAD_BYTES_MAX: u32 = BATCH_PAGES_MAX * SEALED_PAGE_BYTES;
     /// A page and its sidecar.
     const SEALED_PAGE_BYTES: u32 = (super::PAGE_SIZE + super::SIDECAR_LEN) as u32;
 }

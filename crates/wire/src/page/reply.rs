@@ -65,8 +65,8 @@ impl RepHeader {
             return Err(FrameError::BadFlags(flags as u32));
         }
         let payload_len = le_u32(b, 12);
-        if payload_len > limits::MAX_REPLY_PAYLOAD_BYTES {
-            let (got, limit) = (payload_len as u64, limits::MAX_REPLY_PAYLOAD_BYTES as u64);
+        if payload_len > limits::REPLY_PAYLOAD_BYTES_MAX {
+            let (got, limit) = (payload_len as u64, limits::REPLY_PAYLOAD_BYTES_MAX as u64);
             return Err(FrameError::TooLarge { what: "reply payload_len", got, limit });
         }
         Ok(RepHeader {
@@ -89,7 +89,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(s in 0usize..4, tag: u32, len in 0..=limits::MAX_REPLY_PAYLOAD_BYTES,
+        fn round_trips(s in 0usize..4, tag: u32, len in 0..=limits::REPLY_PAYLOAD_BYTES_MAX,
                        seq: u64, value: u64, crc: u32) {
             let h = RepHeader { status: STATUSES[s], tag, payload_len: len, seq, value, payload_crc: crc };
             prop_assert_eq!(RepHeader::decode(&h.encode()).unwrap(), h);

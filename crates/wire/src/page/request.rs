@@ -87,8 +87,8 @@ impl ReqHeader {
         if reserved != 0 {
             return Err(FrameError::BadFlags(reserved as u32));
         }
-        if h.payload_len > limits::MAX_PAYLOAD_BYTES {
-            let (got, limit) = (h.payload_len as u64, limits::MAX_PAYLOAD_BYTES as u64);
+        if h.payload_len > limits::PAYLOAD_BYTES_MAX {
+            let (got, limit) = (h.payload_len as u64, limits::PAYLOAD_BYTES_MAX as u64);
             return Err(FrameError::TooLarge { what: "payload_len", got, limit });
         }
         Ok(h)
@@ -139,7 +139,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn any_header() -> impl Strategy<Value = ReqHeader> {
-        let max = limits::MAX_PAYLOAD_BYTES;
+        let max = limits::PAYLOAD_BYTES_MAX;
         (
             any::<u8>(),
             any::<u32>(),
@@ -181,7 +181,7 @@ mod tests {
         #[test]
         fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..100)) {
             if let Ok(h) = ReqHeader::decode(&b) {
-                let _ = h.validate(limits::MAX_BATCH_PAGES);
+                let _ = h.validate(limits::BATCH_PAGES_MAX);
             }
         }
     }
@@ -224,13 +224,13 @@ mod tests {
         assert_eq!(unknown_flag.validate(256), Err(FrameError::BadFlags(2)));
         // A full sealed WRITE fits the payload bound.
         let full = 256 * (4096 + 16);
-        assert!(full <= limits::MAX_PAYLOAD_BYTES);
+        assert!(full <= limits::PAYLOAD_BYTES_MAX);
     }
 
     #[test]
     fn oversize_payload_is_refused_at_decode() {
         let h = ReqHeader {
-            payload_len: limits::MAX_PAYLOAD_BYTES + 1,
+            payload_len: limits::PAYLOAD_BYTES_MAX + 1,
             ..ReqHeader::new(Opcode::Write, 1)
         };
         assert!(matches!(ReqHeader::decode(&h.encode()), Err(FrameError::TooLarge { .. })));

@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Most legs (data + parity).
-pub const MAX_LEGS: usize = 16;
+pub const LEGS_MAX: usize = 16;
 
 const HEALTHY: u8 = 0;
 /// Being filled by the rebuilder: written, never read.
@@ -139,9 +139,9 @@ impl Erasure {
         spare: Option<SpareFn>,
     ) -> StoreResult<Erasure> {
         let (k, m) = (data.len(), parity.len());
-        if k == 0 || m == 0 || k + m > MAX_LEGS {
+        if k == 0 || m == 0 || k + m > LEGS_MAX {
             let why =
-                format!("erasure coding needs k >= 1, m >= 1, k + m <= {MAX_LEGS}; got {k}+{m}");
+                format!("erasure coding needs k >= 1, m >= 1, k + m <= {LEGS_MAX}; got {k}+{m}");
             return Err(StoreError::Unavailable(why));
         }
         let per_leg = pages.div_ceil(k as u64);

@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Most copies of a page.
-pub const MAX_LEGS: usize = 4;
+pub const LEGS_MAX: usize = 4;
 /// Pages read ahead of a chunk choice when spreading reads: a sequential run
 /// stays on one leg for this many pages.
 const SPREAD_CHUNK_PAGES: u64 = 64;
@@ -148,10 +148,10 @@ impl Mirror {
         opts: MirrorOptions,
         spare: Option<SpareFn>,
     ) -> StoreResult<Mirror> {
-        if !(2..=MAX_LEGS).contains(&legs.len()) {
+        if !(2..=LEGS_MAX).contains(&legs.len()) {
             let n = legs.len();
             return Err(StoreError::Unavailable(format!(
-                "a mirror needs 2..={MAX_LEGS} legs, not {n}"
+                "a mirror needs 2..={LEGS_MAX} legs, not {n}"
             )));
         }
         if let Some((s, _)) = legs.iter().find(|(s, _)| s.info().pages < pages) {
