@@ -437,6 +437,14 @@ class Bench:
                                                          f"127.0.0.1:{dport}", "--insecure"]
                 + shlex.split(args or "") + ["--"] + server_argv)
 
+    def donor_args(self, peer):
+        """Extra memlendd arguments for this peer (--donor-variant PEER=ARGS)."""
+        for v in getattr(self.a, "donor_variant", None) or []:
+            name, _, args = v.partition("=")
+            if name == peer:
+                return shlex.split(args)
+        return []
+
     def memlend_peer_args(self, peer):
         base = self.a.memlend_args or ""
         return (base + " " + self.variants[peer]).strip() if peer in self.variants else base
@@ -497,7 +505,8 @@ class Bench:
             elif peer != "local":
                 dport = common.free_port()
                 donor = Proc([self.bin["memlendd"], "--lend", human(self.far() + 256 * MIB), "--listen",
-                              f"127.0.0.1:{dport}", "--insecure"], os.path.join(self.workdir, f"memlendd_{tag}.log"))
+                              f"127.0.0.1:{dport}", "--insecure"] + self.donor_args(peer),
+                             os.path.join(self.workdir, f"memlendd_{tag}.log"))
                 common.wait_port(dport)
                 local = limit - (oh or 0)
                 if not self.has_mem:
@@ -960,6 +969,8 @@ def main():
     ap.add_argument("--memlend-args", default="", help="appended to every `memlend run` (e.g. \"--compress lz4\")")
     ap.add_argument("--memlend-variant", action="append", default=[], metavar="NAME=ARGS",
                     help="another memlend peer NAME: memlend-donor with ARGS appended (repeatable)")
+    ap.add_argument("--donor-variant", action="append", default=[], metavar="PEER=ARGS",
+                    help="extra memlendd arguments for one memlend peer (e.g. \"memlend-donor=--spin-us 0\")")
     ap.add_argument("--page-cluster-compressed", default="0", metavar="N|asis",
                     help="vm.page-cluster for zswap and zram runs (default 0, as zram setups use: with this "
                          "machine's 3, zswap was memcg-OOM-killed at 50%%; swap readahead decompresses 8 "
@@ -1128,7 +1139,7 @@ def main():
     zs_rows = [r for r in rows if r["peer"] == "zswap" and r.get("zswap_pool_peak_mib")]
     meta = {
         "apps": apps, "size_mib": a.size // MIB, "fractions_pct": fracs, "mixes": dict(mixes), "peers": peers,
-        "memlend_variants": variants, "memlend_args": a.memlend_args, "memlend_has_mem_option": has_mem,
+        "memlend_variants": variants, "donor_variants": a.donor_variant, "memlend_args": a.memlend_args, "memlend_has_mem_option": has_mem,
         "seconds": a.seconds, "warm_seconds": a.warm_seconds, "warm_ops": "2x records", "threads": a.threads,
         "pipeline": a.pipeline, "value_size": a.value_size, "values": a.values, "zipf": a.zipf,
         "key_chooser": "YCSB ScrambledZipfianGenerator (10^10 ranks, fnvhash64 mod records)" if a.zipf else

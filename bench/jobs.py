@@ -167,6 +167,8 @@ def main():
                     help="zram's mem_limit: a fraction of LIMIT (< 1) or bytes; the memcg gets the rest")
     ap.add_argument("--memlend-args", default="", help="appended to every `memlend run`")
     ap.add_argument("--memlend-variant", action="append", default=[], metavar="NAME=ARGS")
+    ap.add_argument("--donor-variant", action="append", default=[], metavar="PEER=ARGS",
+                    help="extra memlendd arguments for one memlend peer")
     ap.add_argument("--page-cluster-compressed", default="0", metavar="N|asis")
     ap.add_argument("--page-cluster-disk", default="asis", metavar="N|asis")
     ap.add_argument("--wait-quiet", type=float, default=5, metavar="S")
@@ -253,7 +255,7 @@ def main():
     order = {p: i for i, p in enumerate(peers)}
     rows.sort(key=lambda r: (jobs.index(r["app"]), r["frac_pct"] or 0, order[r["peer"]]))
     meta = {"jobs": jobs, "size_mib": a.size // MIB, "fractions_pct": fracs, "peers": peers,
-            "memlend_variants": variants, "memlend_args": a.base_memlend_args,
+            "memlend_variants": variants, "donor_variants": a.donor_variant, "memlend_args": a.base_memlend_args,
             "job_memlend_args": {j: JOBS[j]["memlend_args"] for j in jobs}, "seconds": a.seconds,
             "warm_seconds": a.warm_seconds, "seed": a.seed, "zram_share": a.zram_share, "skips": skips,
             "nproc": os.cpu_count(), "kernel": os.uname().release, "wall_s": round(time.time() - t_start),

@@ -78,6 +78,13 @@ pub fn print(
             reports.iter().filter_map(|r| r["block_pages"].as_u64()).max().unwrap_or(1),
         );
     }
+    if sum(reports, "huge_collapsed") + sum(reports, "huge_failed") > 0 {
+        eprintln!(
+            "memlend run: huge pages: {} chunks of 2 MiB collapsed while every far page fit ({} failed)",
+            sum(reports, "huge_collapsed"),
+            sum(reports, "huge_failed"),
+        );
+    }
     let from_store = sum(reports, "faults_from_store");
     if from_store > 0 {
         let mean_us = |key| sum(reports, key) as f64 / from_store as f64 / 1000.0;

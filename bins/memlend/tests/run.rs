@@ -35,6 +35,32 @@ fn a_c_program_on_a_donor_matches_a_plain_run() {
     assert_same_output_and_far(&far, &plain_run(&cmd));
 }
 
+/// A program whose far memory fits its budget gets it in huge pages, as it
+/// would get its own memory (`crates/fault/src/huge.rs`); the collapse goes
+/// past the shim's own `madvise`, which ignores the program's huge-page
+/// advice. With `--huge-pages off`, none.
+#[test]
+fn far_memory_that_fits_gets_huge_pages() {
+    if std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|s| s.contains("[never]"))
+    {
+        return memlend_testskip::skip("transparent huge pages are off");
+    }
+    let donor = Donor::start("256M");
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_huge", dir.path());
+    let addr = donor.addr.to_string();
+    let opts = ["--local", "96M", "--donor", &addr, "--insecure"];
+    let far = memlend_run(&opts, &[prog.to_str().unwrap(), "32", "10"]);
+    let err = text(&far.stderr);
+    assert!(far.status.success(), "{}: {}\n{err}", far.status, text(&far.stdout));
+    assert!(err.contains("chunks of 2 MiB collapsed"), "{err}");
+
+    let off = [&opts[..], &["--huge-pages", "off"]].concat();
+    let far = memlend_run(&off, &[prog.to_str().unwrap(), "32", "2"]);
+    assert_eq!(far.status.code(), Some(4), "{}", text(&far.stdout));
+}
+
 /// A program that exits tells its donor, which frees its slabs as its
 /// connections close: the next program finds the donor free at once, not
 /// full for the donor's 60 s grace (as it did before LINGER).

@@ -33,6 +33,9 @@ pub const COMPRESS: &str = "MEMLEND_COMPRESS";
 /// The largest aligned block, in pages, a store fault reads around its page
 /// (below 2: none); see `memlend_fault::Tuning::read_block_pages_max`.
 pub const READ_BLOCK_PAGES: &str = "MEMLEND_READ_BLOCK_PAGES";
+/// "on" (the default) or "off": while every far page fits the budget,
+/// collapse full 2 MiB chunks into huge pages (`memlend_fault::Tuning::huge_pages`).
+pub const HUGE_PAGES: &str = "MEMLEND_HUGE_PAGES";
 /// Directory for a page-access trace of each process, `<pid>.trace`; a
 /// tracing process keeps a tiny budget (see `memlend_fault::trace`).
 pub const TRACE_DIR: &str = "MEMLEND_TRACE_DIR";

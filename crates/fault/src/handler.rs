@@ -77,6 +77,8 @@ pub(crate) struct Handler {
     pub zpool: Option<crate::zpool::ZPool>,
     /// Every fault goes here too, if tracing (`trace.rs`).
     pub trace: Option<crate::trace::Trace>,
+    /// Huge pages while every page fits (`huge.rs`), if on.
+    pub huge: Option<crate::huge::Huge>,
 }
 
 impl Handler {
@@ -108,6 +110,9 @@ impl Handler {
             self.poll_fetch();
             self.follow_budget();
             self.empty_pool_if_all_fits();
+            if let Some(huge) = self.huge.as_mut() {
+                huge.scan(&self.table, self.base, self.budget_pages);
+            }
             let ahead = self.wants_headroom();
             // Finished fetches and write-backs ring the bell; the short
             // timeout while they are out is only a backstop.

@@ -24,6 +24,7 @@ mod evict;
 mod failsafe;
 mod fetch;
 mod handler;
+mod huge;
 mod intent;
 mod latency;
 mod mem;

@@ -73,6 +73,31 @@ impl Mapping {
     }
 }
 
+/// Collapse `addr..addr + len_bytes` (one aligned huge page of the region)
+/// into a huge page: allow huge pages there, collapse, and forbid them
+/// again so that the kernel's own khugepaged never collapses region pages
+/// while the handler evicts (`huge.rs`).
+pub(crate) fn collapse_huge(addr: usize, len_bytes: usize) -> io::Result<()> {
+    let advise = |advice: i32| {
+        // SAFETY: the range is a chunk of the region's mapping, which stays
+        // mapped until the collapsing thread is joined (`huge::Huge`'s drop
+        // runs when the handler ends, before `Region` unmaps). These advices
+        // change how pages are mapped, never their contents.
+        // The system call itself, not libc's `madvise`: in a program run
+        // under the preload shim that symbol is the shim's, which ignores
+        // huge-page advice on far memory (the program's own advice).
+        let rc = unsafe { libc::syscall(libc::SYS_madvise, addr, len_bytes, advice) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    advise(libc::MADV_HUGEPAGE)?;
+    let collapsed = advise(libc::MADV_COLLAPSE);
+    advise(libc::MADV_NOHUGEPAGE)?;
+    collapsed
+}
+
 /// Page-aligned bytes of the handler's own, never registered with
 /// userfaultfd: buffers for store I/O. Aligned, so an O_DIRECT store reads
 /// into them with no bounce copy; mapped, so they never grow a malloc arena

@@ -72,6 +72,9 @@ pub struct Tuning {
     pub pool_admits_all: bool,
     /// Record every fault in this file (`trace.rs`); see [`Tuning::tracing`].
     pub trace: Option<std::path::PathBuf>,
+    /// While every page held fits the budget, collapse 2 MiB chunks whose
+    /// pages are all mapped writable into huge pages (`huge.rs`).
+    pub huge_pages: bool,
 }
 
 impl Tuning {
@@ -85,6 +88,7 @@ impl Tuning {
             write_intent: false,
             zero_ahead: false,
             compress: false,
+            huge_pages: false,
             trace: Some(path),
             ..Tuning::default()
         }
@@ -142,6 +146,7 @@ impl Default for Tuning {
             compress: false,
             pool_admits_all: false,
             trace: None,
+            huge_pages: true,
         }
     }
 }
@@ -250,6 +255,11 @@ impl Region {
             zero_ahead_pages: Vec::new(),
             zero_run: Vec::new(),
         };
+        let huge = match tuning.huge_pages {
+            true => crate::huge::Huge::start(map.addr(), pages, Arc::clone(&counters))
+                .map_err(FaultError::os("spawn huge-page thread"))?,
+            false => None,
+        };
         let handler = Handler {
             uffd,
             staging_uffd,
@@ -274,6 +284,7 @@ impl Region {
             recent_gap: std::time::Duration::ZERO,
             zpool,
             trace,
+            huge,
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()

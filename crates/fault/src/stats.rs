@@ -34,6 +34,9 @@ pub(crate) struct Counters {
     pub block_reads: AtomicU64,
     pub pages_read_beside: AtomicU64,
     pub block_pages: AtomicU64,
+    pub huge_collapsed: AtomicU64,
+    pub huge_failed: AtomicU64,
+    pub huge_failures_in_a_row: AtomicU64,
     pub store_pages_mapped_writable: AtomicU64,
     pub handler_failures: AtomicU64,
     pub store_read_ns: AtomicU64,
@@ -153,6 +156,10 @@ pub struct HandlerStats {
     pub block_reads: u64,
     pub pages_read_beside: u64,
     pub block_pages: u64,
+    /// 2 MiB chunks collapsed into huge pages while every page held fit
+    /// the budget, and collapses that failed (`huge.rs`).
+    pub huge_collapsed: u64,
+    pub huge_failed: u64,
     /// Faults on pages of a prefetch window still being read: the faulting
     /// thread waited for that read instead of making its own.
     pub faults_waited_on_fetch: u64,
@@ -271,6 +278,8 @@ impl Counters {
             block_reads: self.block_reads.load(Relaxed),
             pages_read_beside: self.pages_read_beside.load(Relaxed),
             block_pages: self.block_pages.load(Relaxed),
+            huge_collapsed: self.huge_collapsed.load(Relaxed),
+            huge_failed: self.huge_failed.load(Relaxed),
             store_pages_mapped_writable: self.store_pages_mapped_writable.load(Relaxed),
             handler_moves: self.handler_moves.load(Relaxed),
             handler_failures: self.handler_failures.load(Relaxed),

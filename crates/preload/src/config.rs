@@ -31,6 +31,8 @@ pub struct Config {
     /// The largest block a store fault reads around its page, in pages
     /// (below 2: none); unset, the region's default. For measuring too.
     pub read_block_pages_max: Option<usize>,
+    /// Huge pages while every far page fits (`MEMLEND_HUGE_PAGES`).
+    pub huge_pages: bool,
     /// The whole process stays within this (`MEMLEND_MEM`): the far budget
     /// is what the rest of the process leaves of it.
     pub mem_bytes: Option<u64>,
@@ -66,6 +68,11 @@ pub fn from_env() -> Result<Option<Config>> {
     let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;
     let prefetch_pages_max = pages(ENV_PREFETCH_MAX_PAGES)?;
     let read_block_pages_max = pages(memlend_borrow::env::READ_BLOCK_PAGES)?;
+    let huge_pages = match var(memlend_borrow::env::HUGE_PAGES).as_deref() {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(other) => bail!("{}={other}: expected on or off", memlend_borrow::env::HUGE_PAGES),
+    };
     Ok(Some(Config {
         local_bytes,
         far_bytes,
@@ -76,6 +83,7 @@ pub fn from_env() -> Result<Option<Config>> {
         pool_admits_all,
         prefetch_pages_max,
         read_block_pages_max,
+        huge_pages,
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
     }))

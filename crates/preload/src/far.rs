@@ -133,6 +133,7 @@ fn build(cfg: &Config) -> Result<Heap> {
     let mut tuning = Tuning {
         compress: cfg.compress,
         pool_admits_all: cfg.pool_admits_all,
+        huge_pages: cfg.huge_pages,
         ..Tuning::default()
     };
     if let Some(pages) = cfg.read_block_pages_max {

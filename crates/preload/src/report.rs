@@ -107,7 +107,8 @@ pub fn stats_json() -> Option<String> {
          \"fault_store_latency_ns_p999\":{},\"fault_pool_latency_ns_p50\":{},\
          \"fault_pool_latency_ns_p99\":{},\"fault_pool_latency_ns_p999\":{},\
          \"budget_pages\":{},\"peak_rss_bytes\":{},\"staging_waits\":{},\"staging_wait_ns\":{},\"pool_pages_skipped\":{},\
-         \"block_reads\":{},\"pages_read_beside\":{},\"block_pages\":{},",
+         \"block_reads\":{},\"pages_read_beside\":{},\"block_pages\":{},\
+         \"huge_collapsed\":{},\"huge_failed\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -133,6 +134,8 @@ pub fn stats_json() -> Option<String> {
         h.block_reads,
         h.pages_read_beside,
         h.block_pages,
+        h.huge_collapsed,
+        h.huge_failed,
     );
     let m = heap.copies.stats();
     let _ = write!(
