@@ -76,7 +76,7 @@ fn info_or_go(option: u32, data: &[u8], structured: bool) -> bool {
     // The items the server sends back for an export of that name.
     let mut items = vec![
         Info::Export { size_bytes: EXPORT_BYTES, flags: export_flags(structured) },
-        Info::BlockSize { min_bytes: 1, preferred_bytes: 4096, max_bytes: 32 << 20 },
+        Info::BlockSize { bytes_min: 1, preferred_bytes: 4096, bytes_max: 32 << 20 },
     ];
     // The name asked for is the export's name when the export exists.
     if req.requests.contains(&info::NAME) {

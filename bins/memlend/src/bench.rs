@@ -113,7 +113,7 @@ fn report(a: &BenchArgs, requests: u64, elapsed_s: f64, hist: &Histogram<u64>) {
 
 /// Write every page once so reads return real data, not the zero page.
 fn prefill(c: &mut Conn, slab: u32, pages: u64) -> Result<()> {
-    let batch = c.max_batch_pages as u64;
+    let batch = c.batch_pages_max as u64;
     let data = vec![0xa5u8; batch as usize * 4096];
     for page in (0..pages).step_by(batch as usize) {
         let n = batch.min(pages - page);

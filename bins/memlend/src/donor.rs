@@ -40,6 +40,6 @@ pub fn status(a: &DonorArgs) -> Result<()> {
     let s = StatReply::decode(conn.scratch())?;
     let p = |pages: u64| human(pages * 4096);
     println!("donor {}: lends {}, {} free", a.donor, p(s.lend_pages), p(s.free_pages));
-    println!("limits: {} pages per request, {} in flight", conn.max_batch_pages, conn.max_inflight);
+    println!("limits: {} pages per request, {} in flight", conn.batch_pages_max, conn.inflight_max);
     Ok(())
 }

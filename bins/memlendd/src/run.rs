@@ -55,7 +55,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let cfg = PageServerConfig {
         key: key.clone(),
-        max_connections: args.max_connections,
+        connections_max: args.max_connections,
         orphan_grace: Duration::from_secs(args.orphan_grace_s),
         spin_before_sleep: Duration::from_micros(args.spin_us),
         ..PageServerConfig::default()
@@ -218,7 +218,7 @@ fn start_nbd(
     let tls = nbd_tls(args)?;
     let clients_verified = tls.as_ref().is_some_and(|t| t.verifies_clients());
     let cfg = nbd::NbdConfig {
-        max_connections: args.max_nbd_connections,
+        connections_max: args.max_nbd_connections,
         spin_before_sleep_us: args.nbd_spin_us,
         allow: args.nbd_allow.clone(),
         tls,

@@ -9,7 +9,7 @@
 //! ```
 //! Local far-memory demand also makes a node a client: memory its processes
 //! borrow, or want and cannot get. A node that borrows does not lend. A
-//! class change needs `confirm_samples` samples in a row and `min_hold_ms`
+//! class change needs `confirm_samples` samples in a row and `hold_ms_min`
 //! in the old class, except that a server whose use crosses HIGH_MAX leaves
 //! at once (its own work comes first). The first offer comes with the
 //! server class; after that it grows only after `quiet_samples` calm
@@ -36,34 +36,34 @@ pub enum ConfigError {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Thresholds {
-    pub min_low: f64,
-    pub min_high: f64,
-    pub max_low: f64,
-    pub max_high: f64,
+    pub low_min: f64,
+    pub high_min: f64,
+    pub low_max: f64,
+    pub high_max: f64,
 }
 
 impl Thresholds {
     pub fn new(
-        min_low: f64,
-        min_high: f64,
-        max_low: f64,
-        max_high: f64,
+        low_min: f64,
+        high_min: f64,
+        low_max: f64,
+        high_max: f64,
     ) -> Result<Thresholds, ConfigError> {
-        let ok = 0.0 <= min_low
-            && min_low < min_high
-            && min_high <= max_low
-            && max_low < max_high
-            && max_high <= 1.0;
+        let ok = 0.0 <= low_min
+            && low_min < high_min
+            && high_min <= low_max
+            && low_max < high_max
+            && high_max <= 1.0;
         if !ok {
-            return Err(ConfigError::Order([min_low, min_high, max_low, max_high]));
+            return Err(ConfigError::Order([low_min, high_min, low_max, high_max]));
         }
-        Ok(Thresholds { min_low, min_high, max_low, max_high })
+        Ok(Thresholds { low_min, high_min, low_max, high_max })
     }
 }
 
 impl Default for Thresholds {
     fn default() -> Thresholds {
-        Thresholds { min_low: 0.40, min_high: 0.50, max_low: 0.75, max_high: 0.85 }
+        Thresholds { low_min: 0.40, high_min: 0.50, low_max: 0.75, high_max: 0.85 }
     }
 }
 
@@ -84,7 +84,7 @@ impl FromStr for Thresholds {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Timing {
-    pub min_hold_ms: u64,
+    pub hold_ms_min: u64,
     pub confirm_samples: u32,
     pub quiet_samples: u32,
     /// EWMA weight of the newest sample.
@@ -93,7 +93,7 @@ pub struct Timing {
 
 impl Default for Timing {
     fn default() -> Timing {
-        Timing { min_hold_ms: 5_000, confirm_samples: 2, quiet_samples: 3, alpha: 0.3 }
+        Timing { hold_ms_min: 5_000, confirm_samples: 2, quiet_samples: 3, alpha: 0.3 }
     }
 }
 
@@ -151,7 +151,7 @@ impl Classifier {
         let u = self.smooth(s.used_fraction());
         let pressure = s.psi_some_avg10.is_some_and(|p| p > PSI_PRESSURE_PCT);
         let target = self.target(u, far_demand_bytes > 0, pressure);
-        let emergency = self.class == NodeClass::Server && u > self.th.max_high;
+        let emergency = self.class == NodeClass::Server && u > self.th.high_max;
         let changed = self.consider(now_ms, target, emergency);
         let lendable_bytes = self.lendable(s, pressure, changed);
         Verdict {
@@ -178,17 +178,17 @@ impl Classifier {
     fn target(&self, u: f64, demand: bool, pressure: bool) -> NodeClass {
         let th = &self.th;
         let fresh = || {
-            if demand || u > th.max_high {
+            if demand || u > th.high_max {
                 NodeClass::Client
-            } else if u < th.min_low && !pressure {
+            } else if u < th.low_min && !pressure {
                 NodeClass::Server
             } else {
                 NodeClass::Neutral
             }
         };
         match self.class {
-            NodeClass::Client if demand || u >= th.max_low => NodeClass::Client,
-            NodeClass::Server if !demand && u <= th.min_high => NodeClass::Server,
+            NodeClass::Client if demand || u >= th.low_max => NodeClass::Client,
+            NodeClass::Server if !demand && u <= th.high_min => NodeClass::Server,
             _ => fresh(),
         }
     }
@@ -203,7 +203,7 @@ impl Classifier {
             _ => 1,
         };
         self.pending = Some((target, count));
-        let held = now_ms.saturating_sub(self.since_ms) >= self.timing.min_hold_ms;
+        let held = now_ms.saturating_sub(self.since_ms) >= self.timing.hold_ms_min;
         if !emergency && (count < self.timing.confirm_samples || !held) {
             return false;
         }
@@ -226,7 +226,7 @@ impl Classifier {
             self.quiet = 0;
             return 0;
         }
-        let cap = ((s.total_bytes as f64 * self.th.min_high) as u64).saturating_sub(s.used_bytes);
+        let cap = ((s.total_bytes as f64 * self.th.high_min) as u64).saturating_sub(s.used_bytes);
         // A new server offers its whole cap; a smaller cap applies at once.
         if (changed && !pressure) || cap < self.offer_bytes {
             self.offer_bytes = cap;

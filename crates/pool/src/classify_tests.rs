@@ -16,7 +16,7 @@ fn instant() -> Classifier {
     // alpha 1: no smoothing, so each sample is the level under test.
     Classifier::new(
         Thresholds::default(),
-        Timing { min_hold_ms: 5_000, confirm_samples: 2, quiet_samples: 3, alpha: 1.0 },
+        Timing { hold_ms_min: 5_000, confirm_samples: 2, quiet_samples: 3, alpha: 1.0 },
     )
     .unwrap()
 }

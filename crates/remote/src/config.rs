@@ -15,9 +15,9 @@ pub struct ClientConfig {
     /// A reply must arrive within this, or the connection counts as broken.
     pub io_timeout: Duration,
     /// Connections a `RemoteStore` opens at most (one per concurrent caller).
-    pub max_connections: usize,
+    pub connections_max: usize,
     /// Attempts on fresh connections after a transport failure.
-    pub max_retries: u32,
+    pub retries_max: u32,
     /// Poll for a reply this long before sleeping in `read` (0: never). A
     /// reply usually comes within ~15 µs on loopback, and waking a sleeping
     /// thread costs ~10 µs more: this is most of a remote fault's budget.
@@ -35,8 +35,8 @@ impl ClientConfig {
             borrower_id,
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
-            max_connections: 8,
-            max_retries: 3,
+            connections_max: 8,
+            retries_max: 3,
             spin_before_sleep: Duration::from_micros(50),
         }
     }

@@ -54,8 +54,8 @@ pub struct Conn {
     next_tag: u32,
     next_seq: u64,
     spin: std::time::Duration,
-    pub max_batch_pages: u32,
-    pub max_inflight: u32,
+    pub batch_pages_max: u32,
+    pub inflight_max: u32,
     pub session_id: u64,
     pub lend_pages: u64,
 }
@@ -72,7 +72,7 @@ impl Conn {
             head: 0,
             sent: 0,
             unacked: VecDeque::new(),
-            resumes_left: cfg.max_retries,
+            resumes_left: cfg.retries_max,
             resumes: 0,
             rbuf: vec![0; RECV_BUF_BYTES],
             rstart: 0,
@@ -81,8 +81,8 @@ impl Conn {
             next_tag: 0,
             next_seq: 1,
             spin: cfg.spin_before_sleep,
-            max_batch_pages: 0,
-            max_inflight: 0,
+            batch_pages_max: 0,
+            inflight_max: 0,
             session_id: 0,
             lend_pages: 0,
         };
@@ -101,12 +101,12 @@ impl Conn {
 
     /// After `e` broke the connection: reconnect, resume the session and
     /// send every unanswered request again. Gives `e` back when it is not a
-    /// transport failure or the attempts (`max_retries` since the last
+    /// transport failure or the attempts (`retries_max` since the last
     /// reply) are used up.
     pub fn recover(&mut self, e: ClientError) -> Result<(), ClientError> {
         let mut last = e;
         while last.is_transport() && self.resumes_left > 0 {
-            let attempt = self.cfg.max_retries - self.resumes_left;
+            let attempt = self.cfg.retries_max - self.resumes_left;
             self.resumes_left -= 1;
             tracing::warn!(peer = %self.peer, error = %last, attempt, "connection lost; resuming the session");
             std::thread::sleep(Duration::from_millis(10 << attempt.min(6)));
@@ -151,7 +151,7 @@ impl Conn {
     fn ack(&mut self, seq: u64) {
         if let Some(f) = self.unacked.iter_mut().find(|f| f.seq == seq) {
             f.acked = true;
-            self.resumes_left = self.cfg.max_retries;
+            self.resumes_left = self.cfg.retries_max;
         }
         while self.unacked.front().is_some_and(|f| f.acked) {
             self.head = self.unacked.pop_front().expect("front exists").end;
@@ -219,11 +219,11 @@ impl Conn {
                 return Err(ClientError::ServerAuth);
             }
         }
-        if w.max_batch_pages == 0 || w.max_inflight == 0 {
+        if w.batch_pages_max == 0 || w.inflight_max == 0 {
             return Err(ClientError::Protocol("donor offered zero limits".into()));
         }
-        self.max_batch_pages = w.max_batch_pages.min(page::limits::BATCH_PAGES_MAX);
-        self.max_inflight = w.max_inflight.min(page::limits::INFLIGHT_MAX);
+        self.batch_pages_max = w.batch_pages_max.min(page::limits::BATCH_PAGES_MAX);
+        self.inflight_max = w.inflight_max.min(page::limits::INFLIGHT_MAX);
         if resume != 0 && w.session_id != resume {
             return Err(ClientError::Protocol(format!(
                 "asked to resume {resume:#x}, got {:#x}",

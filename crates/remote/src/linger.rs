@@ -42,7 +42,7 @@ fn linger(addr: SocketAddr, cfg: &ClientConfig, grace_s: u32) -> bool {
     let cfg = ClientConfig {
         connect_timeout: EXIT_TIMEOUT,
         io_timeout: EXIT_TIMEOUT,
-        max_retries: 0,
+        retries_max: 0,
         ..cfg.clone()
     };
     let told = Conn::connect(addr, &cfg).and_then(|mut conn| {

@@ -135,7 +135,7 @@ impl RemoteStore {
             if let Some(c) = pool.idle.pop() {
                 return Ok(c);
             }
-            if pool.open < self.cfg.max_connections {
+            if pool.open < self.cfg.connections_max {
                 pool.open += 1;
                 drop(pool);
                 let conn = Conn::connect(self.addr, &self.cfg);
@@ -208,19 +208,19 @@ impl RemoteStore {
         Ok(())
     }
 
-    fn max_batch_pages(&self) -> usize {
+    fn batch_pages_max(&self) -> usize {
         let pool = self.pool.lock();
-        pool.idle.first().map_or(memlend_wire::page::limits::BATCH_PAGES_MAX, |c| c.max_batch_pages)
+        pool.idle.first().map_or(memlend_wire::page::limits::BATCH_PAGES_MAX, |c| c.batch_pages_max)
             as usize
     }
 }
 
-/// Send every piece, at most `max_inflight` requests and `INFLIGHT_BYTES_MAX`
+/// Send every piece, at most `inflight_max` requests and `INFLIGHT_BYTES_MAX`
 /// of payload at a time, and receive every reply (in any order). On a donor
 /// error the remaining replies are still drained so the connection stays in
 /// step; the first error is returned.
 fn run_pieces(conn: &mut Conn, slab: u32, pieces: &mut [Piece]) -> Result<(), ClientError> {
-    let window = conn.max_inflight as usize;
+    let window = conn.inflight_max as usize;
     let mut inflight: Vec<(u32, usize)> = Vec::with_capacity(window);
     let (mut next, mut first_err) = (0, None);
     while next < pieces.len() || !inflight.is_empty() {
@@ -295,7 +295,7 @@ impl PageStore for RemoteStore {
         for op in ops.iter() {
             check_run(self.pages, op.page, op.buf.len())?;
         }
-        let max = self.max_batch_pages();
+        let max = self.batch_pages_max();
         let mut pieces = Self::split_reads(ops, &mut [], max);
         self.run("read", &mut pieces)
     }
@@ -304,7 +304,7 @@ impl PageStore for RemoteStore {
         for op in ops {
             check_run(self.pages, op.page, op.data.len())?;
         }
-        let max = self.max_batch_pages();
+        let max = self.batch_pages_max();
         let mut pieces = Self::split_writes(ops, &[], max);
         self.run("write", &mut pieces)
     }
@@ -343,7 +343,7 @@ impl SidecarStore for RemoteStore {
             check_run(self.pages, op.page, op.buf.len())?;
         }
         self.check_sealed(batch_pages(ops.iter().map(|op| op.buf.len())), side.len())?;
-        let max = self.max_batch_pages();
+        let max = self.batch_pages_max();
         let mut pieces = Self::split_reads(ops, side.as_flattened_mut(), max);
         self.run("read", &mut pieces)
     }
@@ -353,7 +353,7 @@ impl SidecarStore for RemoteStore {
             check_run(self.pages, op.page, op.data.len())?;
         }
         self.check_sealed(batch_pages(ops.iter().map(|op| op.data.len())), side.len())?;
-        let max = self.max_batch_pages();
+        let max = self.batch_pages_max();
         let mut pieces = Self::split_writes(ops, side.as_flattened(), max);
         self.run("write", &mut pieces)
     }

@@ -95,7 +95,7 @@ fn cuts_under_a_write_stream_lose_nothing() {
     let donor = Donor::start(4096, None);
     let proxy = Proxy::start(donor.addr);
     let mut cfg = ClientConfig::new(None);
-    cfg.max_retries = 20;
+    cfg.retries_max = 20;
     let s = RemoteStore::open(proxy.addr, cfg, 1024).unwrap();
     let done = AtomicBool::new(false);
     // Writes finished; the cutter waits for one between cuts, so every

@@ -99,13 +99,13 @@ impl Drop for ConnGuard {
 }
 
 /// Accept connections on `listener` until `shutdown` stops, at most
-/// `max_connections` at once, each served by `serve` on its own thread.
+/// `connections_max` at once, each served by `serve` on its own thread.
 /// A connection over the limit is closed at once with a logged reason.
 pub fn accept_loop<F>(
     what: &'static str,
     listener: TcpListener,
     shutdown: Shutdown,
-    max_connections: usize,
+    connections_max: usize,
     serve: F,
 ) -> io::Result<()>
 where
@@ -127,7 +127,7 @@ where
             }
             let serve = Arc::clone(&serve);
             let label = peer.to_string();
-            start_tracked(what, &shutdown, max_connections, stream, label, move |s| serve(s, peer));
+            start_tracked(what, &shutdown, connections_max, stream, label, move |s| serve(s, peer));
         },
     );
     Ok(())
@@ -139,7 +139,7 @@ pub fn accept_loop_unix<F>(
     what: &'static str,
     listener: UnixListener,
     shutdown: Shutdown,
-    max_connections: usize,
+    connections_max: usize,
     serve: F,
 ) -> io::Result<()>
 where
@@ -159,26 +159,26 @@ where
             accepted += 1;
             let serve = Arc::clone(&serve);
             let label = format!("unix#{accepted}");
-            start_tracked(what, &shutdown, max_connections, stream, label, move |s| serve(s));
+            start_tracked(what, &shutdown, connections_max, stream, label, move |s| serve(s));
         },
     );
     Ok(())
 }
 
-/// Track `stream` within `max_connections` and serve it on its own thread,
+/// Track `stream` within `connections_max` and serve it on its own thread,
 /// or close it with a logged reason.
 fn start_tracked<S: TrackedSocket + Send + 'static>(
     what: &'static str,
     shutdown: &Shutdown,
-    max_connections: usize,
+    connections_max: usize,
     stream: S,
     label: String,
     serve: impl FnOnce(S) + Send + 'static,
 ) {
-    let guard = match shutdown.track(&stream, max_connections) {
+    let guard = match shutdown.track(&stream, connections_max) {
         Ok(Some(g)) => g,
         Ok(None) => {
-            tracing::warn!(server = what, peer = %label, max_connections, "connection refused: limit reached");
+            tracing::warn!(server = what, peer = %label, connections_max, "connection refused: limit reached");
             return;
         }
         Err(e) => {

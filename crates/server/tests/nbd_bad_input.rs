@@ -293,7 +293,7 @@ fn option_floods_and_aborts_end_the_session() {
                 _ => break,
             }
         }
-        assert_eq!(acks, NbdConfig::default().max_options_per_handshake);
+        assert_eq!(acks, NbdConfig::default().options_per_handshake_max);
         assert!(closes_soon(&mut s));
         let mut s = negotiating(srv.port);
         send_option(&mut s, opt::ABORT, &[]);
@@ -364,7 +364,7 @@ fn requests_past_the_end_touch_nothing() {
 #[test]
 fn oversize_reads_and_writes_are_refused_without_allocating() {
     default_bystander(|srv| {
-        let max = NbdConfig::default().max_request_bytes;
+        let max = NbdConfig::default().request_bytes_max;
         let mut c = RawClient::connect(srv.port, "", true);
         assert_eq!(c.read(0, max + 1), Err(EINVAL));
         assert_eq!(
@@ -491,7 +491,7 @@ fn random_requests_and_bytes_never_hurt_the_server() {
 
 #[test]
 fn connections_over_the_limit_are_refused_and_others_keep_working() {
-    let cfg = NbdConfig { max_connections: 2, ..Default::default() };
+    let cfg = NbdConfig { connections_max: 2, ..Default::default() };
     with_bystander(cfg, |srv| {
         let first = RawClient::connect(srv.port, "", false);
         let mut third = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();

@@ -86,12 +86,12 @@ fn the_allowlist_does_not_apply_to_the_unix_socket() {
 fn the_connection_limit_covers_both_listeners() {
     require_tool("nbdinfo", "libnbd-bin");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = NbdConfig { max_connections: 1, ..NbdConfig::default() };
+    let cfg = NbdConfig { connections_max: 1, ..NbdConfig::default() };
     let srv = two_exports(dir.path(), cfg);
     let socket = dir.path().join("nbd.sock");
     let held = RawClient::connect(srv.port, "a", false);
     let refused = Command::new("nbdinfo").arg(unix_uri(&socket, "a")).output().unwrap();
-    assert!(!refused.status.success(), "a second client past max_connections = 1 got in");
+    assert!(!refused.status.success(), "a second client past connections_max = 1 got in");
     held.disconnect();
     // The slot is free once the server has seen the first one go.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

@@ -389,12 +389,12 @@ impl Sim {
     /// lesser of what lenders could lend and what borrowers need.
     fn oracle(&mut self) {
         let now_ms = self.now_us / 1_000;
-        let min_high = memlend_pool::classify::Thresholds::default().min_high;
+        let high_min = memlend_pool::classify::Thresholds::default().high_min;
         let (mut spare, mut need, mut useful, mut lent) = (0u64, 0u64, 0u64, 0u64);
         for n in self.nodes.iter().filter(|n| n.up) {
             let (used, want) = n.trace.used_and_need(now_ms);
             if want == 0 {
-                let cap = (n.trace.total_bytes as f64 * min_high) as u64;
+                let cap = (n.trace.total_bytes as f64 * high_min) as u64;
                 spare += cap.saturating_sub(used);
             }
             need += want;

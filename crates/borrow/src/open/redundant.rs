@@ -168,7 +168,7 @@ const OPEN_ATTEMPTS: u32 = 3;
 pub(crate) fn leg_config(mut cfg: ClientConfig) -> ClientConfig {
     cfg.io_timeout = LEG_IO_TIMEOUT;
     cfg.connect_timeout = LEG_CONNECT_TIMEOUT;
-    cfg.max_retries = 0;
+    cfg.retries_max = 0;
     cfg
 }
 

@@ -30,7 +30,7 @@ impl Engine {
         // now rather than after every retry, so a reclaimed lease goes home
         // at once.
         let no_server = self.members.count(memlend_wire::ctrl::NodeClass::Server) == 0;
-        if self.demands.len() >= self.cfg.max_demands || no_server {
+        if self.demands.len() >= self.cfg.demands_max || no_server {
             self.metrics.demands_unmet += 1;
             self.push(Output::Event(Event::DemandUnmet { owner, bytes }));
             return;
@@ -45,7 +45,7 @@ impl Engine {
             owner,
             request_id,
             bytes,
-            min_bytes: self.cfg.grant_unit_bytes.min(bytes),
+            bytes_min: self.cfg.grant_unit_bytes.min(bytes),
             attempts: 0,
             first_sent_us,
             sent_us: self.now_us,
@@ -62,11 +62,11 @@ impl Engine {
     /// whose heartbeats say they have room (`request_dests`).
     fn send_request(&mut self, request_id: u64) {
         let Some(d) = self.demands.get(&request_id) else { return };
-        let r = Request { request_id, bytes: d.bytes, min_bytes: d.min_bytes };
-        let (min_bytes, attempts) = (d.min_bytes, d.attempts);
-        let dests = match self.pick_offer(min_bytes) {
+        let r = Request { request_id, bytes: d.bytes, bytes_min: d.bytes_min };
+        let (bytes_min, attempts) = (d.bytes_min, d.attempts);
+        let dests = match self.pick_offer(bytes_min) {
             Some(to) if self.servers_broadcast() => vec![Dest::To(to)],
-            _ => self.request_dests(request_id, min_bytes, attempts),
+            _ => self.request_dests(request_id, bytes_min, attempts),
         };
         let d = self.demands.get_mut(&request_id).expect("checked above");
         d.sent_us = self.now_us;
@@ -89,14 +89,14 @@ impl Engine {
     /// borrowers asking at once spread over the servers instead of all
     /// asking the same three (the lowest ids), which left 8.9 GiB unmet at
     /// the end of a 300-node run.
-    fn request_dests(&mut self, request_id: u64, min_bytes: u64, attempts: u32) -> Vec<Dest> {
+    fn request_dests(&mut self, request_id: u64, bytes_min: u64, attempts: u32) -> Vec<Dest> {
         use memlend_wire::ctrl::NodeClass;
         let fanout = self.cfg.request_fanout.checked_shl(attempts.min(16)).unwrap_or(usize::MAX);
         let mut cands: Vec<(Candidate, SocketAddr)> = self
             .members
             .iter()
             .filter(|p| {
-                p.class == NodeClass::Server && !p.suspect && p.available_bytes >= min_bytes
+                p.class == NodeClass::Server && !p.suspect && p.available_bytes >= bytes_min
             })
             .enumerate()
             .map(|(i, p)| {
@@ -122,12 +122,12 @@ impl Engine {
         dests
     }
 
-    fn pick_offer(&mut self, min_bytes: u64) -> Option<SocketAddr> {
+    fn pick_offer(&mut self, bytes_min: u64) -> Option<SocketAddr> {
         let now = self.now_us;
         let fresh: Vec<&OfferHeard> = self
             .offers
             .values()
-            .filter(|o| o.valid_until_us > now && o.available_bytes >= min_bytes)
+            .filter(|o| o.valid_until_us > now && o.available_bytes >= bytes_min)
             .collect();
         let cands: Vec<Candidate> = fresh
             .iter()
@@ -203,7 +203,7 @@ impl Engine {
         for other in d.grants.drain(..) {
             self.release_to(other.donor_ctrl, other.grant.lease_id);
         }
-        if self.borrowed.len() >= self.cfg.max_borrowed {
+        if self.borrowed.len() >= self.cfg.borrowed_max {
             self.release_to(h.donor_ctrl, h.grant.lease_id);
             self.metrics.demands_unmet += 1;
             self.push(Output::Event(Event::DemandUnmet { owner: d.owner, bytes: d.bytes }));
@@ -403,7 +403,7 @@ impl Engine {
             } else if d.decide_us.is_none() && now >= d.next_send_us {
                 // Retransmit while some server says it has room (the first
                 // request went anyway, in case a heartbeat was stale).
-                let hopeless = !self.some_server_has(d.min_bytes);
+                let hopeless = !self.some_server_has(d.bytes_min);
                 if d.attempts >= self.cfg.retry_attempts || hopeless {
                     let d = self.demands.remove(&id).expect("listed above");
                     self.metrics.demands_unmet += 1;

@@ -51,10 +51,10 @@ pub struct Config {
     /// Grants are whole multiples of this.
     pub grant_unit_bytes: u64,
     /// Most leases this node lends at once, and borrows at once.
-    pub max_lent: usize,
-    pub max_borrowed: usize,
+    pub lent_max: usize,
+    pub borrowed_max: usize,
     /// Most outstanding local demands.
-    pub max_demands: usize,
+    pub demands_max: usize,
     /// Servers a request goes to at first (doubling with each retry), when
     /// servers do not broadcast offers.
     pub request_fanout: usize,
@@ -89,9 +89,9 @@ impl Config {
             reclaim_deadline_ms: 30_000,
             stranded_ms: 5_000,
             grant_unit_bytes: 1 << 20,
-            max_lent: 256,
-            max_borrowed: memlend_wire::ctrl::HEARTBEAT_LEASES_MAX,
-            max_demands: 64,
+            lent_max: 256,
+            borrowed_max: memlend_wire::ctrl::HEARTBEAT_LEASES_MAX,
+            demands_max: 64,
             request_fanout: 3,
         }
     }

@@ -31,13 +31,13 @@ impl Engine {
         let unit = self.cfg.grant_unit_bytes.max(1);
         let bytes = r.bytes.min(self.available_bytes()) / unit * unit;
         let suspect = self.members.get(borrower).is_none_or(|p| p.suspect);
-        if bytes == 0 || bytes < r.min_bytes {
+        if bytes == 0 || bytes < r.bytes_min {
             // Its view of our room is stale (`summary.rs` does not tell
             // everyone when room is lent out): correct it.
             self.tell(borrower, false);
             return;
         }
-        if suspect || self.lent.len() >= self.cfg.max_lent {
+        if suspect || self.lent.len() >= self.cfg.lent_max {
             return; // silence: the client asks elsewhere or retries
         }
         let lease = self.next_lease_id;

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 
 impl Engine {
     /// Lease partners and where they listen. Bounded by the lease tables
-    /// (`max_lent` + `max_borrowed`).
+    /// (`lent_max` + `borrowed_max`).
     pub fn partners(&self) -> BTreeMap<NodeId, SocketAddr> {
         let mut p: BTreeMap<NodeId, SocketAddr> =
             self.borrowed.values().map(|b| (b.donor, b.donor_ctrl)).collect();

@@ -101,7 +101,7 @@ pub struct Demand {
     pub owner: u64,
     pub request_id: u64,
     pub bytes: u64,
-    pub min_bytes: u64,
+    pub bytes_min: u64,
     pub attempts: u32,
     /// First request sent (latency) and the latest (RTT of its grants).
     pub first_sent_us: u64,

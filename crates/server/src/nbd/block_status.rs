@@ -26,15 +26,15 @@ const DATA_FLAGS: u32 = 0;
 
 impl ExportState {
     /// Extents from `offset` covering at most `len` bytes, at most
-    /// `max_extents` of them. Callers have checked the range.
-    pub fn extents(&self, offset: u64, len: u32, max_extents: usize) -> StoreResult<Vec<Extent>> {
+    /// `extents_max` of them. Callers have checked the range.
+    pub fn extents(&self, offset: u64, len: u32, extents_max: usize) -> StoreResult<Vec<Extent>> {
         let first_page = offset / PS;
         let end_page = (offset + len as u64).div_ceil(PS);
         let count = (end_page - first_page).min(PAGES_PER_REQUEST_MAX);
         let mut runs = Vec::new();
         if let Some(known) = self.store.allocation(first_page, count, &mut runs) {
             known?;
-            let extents = to_extents(offset, len, &runs, max_extents);
+            let extents = to_extents(offset, len, &runs, extents_max);
             if !extents.is_empty() {
                 return Ok(extents);
             }
@@ -48,8 +48,8 @@ impl ExportState {
 
 /// Byte extents for page runs that start at the page holding `offset`:
 /// the first begins at `offset`, the last ends by `offset + len`, alike
-/// neighbours are merged, and there are at most `max_extents`.
-fn to_extents(offset: u64, len: u32, runs: &[(u64, bool)], max_extents: usize) -> Vec<Extent> {
+/// neighbours are merged, and there are at most `extents_max`.
+fn to_extents(offset: u64, len: u32, runs: &[(u64, bool)], extents_max: usize) -> Vec<Extent> {
     let end = offset + len as u64;
     let mut extents: Vec<Extent> = Vec::new();
     let mut run_start = offset - offset % PS;
@@ -63,7 +63,7 @@ fn to_extents(offset: u64, len: u32, runs: &[(u64, bool)], max_extents: usize) -
         // Within `len`, so it fits the 32-bit length, and so does a sum.
         let len_bytes = (to - from) as u32;
         let flags = if allocated { DATA_FLAGS } else { HOLE_FLAGS };
-        let full = extents.len() == max_extents;
+        let full = extents.len() == extents_max;
         match extents.last_mut() {
             Some(last) if last.flags == flags => last.len_bytes += len_bytes,
             _ if full => break,
@@ -87,8 +87,8 @@ impl Session {
         req_one: bool,
         out: &mut OutBuf,
     ) {
-        let max_extents = if req_one { 1 } else { EXTENTS_PER_REPLY_MAX };
-        match self.export.extents(offset, len, max_extents) {
+        let extents_max = if req_one { 1 } else { EXTENTS_PER_REPLY_MAX };
+        match self.export.extents(offset, len, extents_max) {
             Ok(extents) => {
                 let mut chunk = Vec::new();
                 encode_block_status_chunk(&mut chunk, cookie, BASE_ALLOCATION_ID, &extents, true);

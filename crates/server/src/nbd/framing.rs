@@ -10,7 +10,7 @@ pub(crate) enum Frame {
     /// A request and where its payload lies in the input buffer (empty
     /// unless it is a WRITE); valid until the buffer is next read into.
     Request { req: Request, payload: Range<usize> },
-    /// A WRITE whose payload is larger than `max_request_bytes`. It must be
+    /// A WRITE whose payload is larger than `request_bytes_max`. It must be
     /// answered with EINVAL. Its payload is being skipped unless `closing`:
     /// then it is too large even to read and the connection must end.
     Oversize { req: Request, closing: bool },
@@ -26,9 +26,9 @@ pub(crate) fn next_frame(inbuf: &mut InBuf, cfg: &NbdConfig) -> Result<Frame, De
     }
     let req = Request::decode(inbuf.pending())?;
     let payload_bytes = req.payload_len() as usize;
-    if payload_bytes > cfg.max_request_bytes as usize {
+    if payload_bytes > cfg.request_bytes_max as usize {
         inbuf.consume(REQUEST_LEN);
-        let closing = payload_bytes as u64 > cfg.max_skip_write_bytes;
+        let closing = payload_bytes as u64 > cfg.skip_write_bytes_max;
         if !closing {
             inbuf.skip(payload_bytes as u64);
         }
@@ -82,7 +82,7 @@ mod tests {
     #[test]
     fn oversize_writes_are_skipped_or_closed() {
         let cfg =
-            NbdConfig { max_request_bytes: 4096, max_skip_write_bytes: 8192, ..Default::default() };
+            NbdConfig { request_bytes_max: 4096, skip_write_bytes_max: 8192, ..Default::default() };
         let mut inbuf = InBuf::new(4096);
         let mut wire = Request::new(Command::Write, 1, 0, 5000).encode().to_vec();
         wire.extend(std::iter::repeat_n(0u8, 5000));

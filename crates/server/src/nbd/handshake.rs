@@ -1,7 +1,7 @@
 //! Fixed-newstyle negotiation: greeting, client flags, then options until
 //! the client picks an export (OPT_EXPORT_NAME or OPT_GO) or gives up.
-//! Every option is bounded: its data by `max_option_bytes` (larger data is
-//! skipped, never allocated), their number by `max_options_per_handshake`.
+//! Every option is bounded: its data by `option_bytes_max` (larger data is
+//! skipped, never allocated), their number by `options_per_handshake_max`.
 
 use super::error::ConnError;
 use super::export::ExportState;
@@ -60,7 +60,7 @@ pub(crate) fn negotiate<S: Read + Write>(
     io.read_exact(&mut b)?;
     let offered = client_flags::C_FIXED_NEWSTYLE | client_flags::C_NO_ZEROES;
     let flags = ClientFlags::decode(&b, offered)?;
-    let options_left = server.cfg.max_options_per_handshake;
+    let options_left = server.cfg.options_per_handshake_max;
     haggle(io, server, peer, Haggle { flags, options_left, tls: false })
 }
 
@@ -86,7 +86,7 @@ pub(crate) fn haggle<S: Read + Write>(
             None => {}
         }
     }
-    Err(ConnError::TooManyOptions { limit: server.cfg.max_options_per_handshake })
+    Err(ConnError::TooManyOptions { limit: server.cfg.options_per_handshake_max })
 }
 
 fn one_option<S: Read + Write>(
@@ -99,7 +99,7 @@ fn one_option<S: Read + Write>(
     if !st.flags.fixed_newstyle && h.option != opt::EXPORT_NAME {
         return Err(ConnError::NotFixedNewstyle(h.option));
     }
-    let limit_bytes = server.cfg.max_option_bytes;
+    let limit_bytes = server.cfg.option_bytes_max;
     if h.len > limit_bytes {
         if h.option == opt::EXPORT_NAME {
             return Err(ConnError::ExportNameTooLong { len_bytes: h.len, limit_bytes });
@@ -260,9 +260,9 @@ fn info_items(e: &ExportState, structured: bool, asked: &[u16], server: &Server)
     let mut items = vec![
         Info::Export { size_bytes: e.size_bytes, flags: e.tx_flags(structured) },
         Info::BlockSize {
-            min_bytes: cfg.min_block_bytes,
+            bytes_min: cfg.block_bytes_min,
             preferred_bytes: cfg.preferred_block_bytes,
-            max_bytes: cfg.max_request_bytes,
+            bytes_max: cfg.request_bytes_max,
         },
     ];
     if asked.contains(&info::NAME) {

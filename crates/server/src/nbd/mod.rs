@@ -97,10 +97,10 @@ pub fn serve_all(
 }
 
 fn accept(listener: Listener, server: Arc<Server>, shutdown: Shutdown) -> io::Result<()> {
-    let max_connections = server.cfg.max_connections;
+    let connections_max = server.cfg.connections_max;
     match listener {
         Listener::Tcp(l) => {
-            accept_loop("nbd", l, shutdown, max_connections, move |stream, peer| {
+            accept_loop("nbd", l, shutdown, connections_max, move |stream, peer| {
                 if !allow::allowed(&server.cfg.allow, peer.ip()) {
                     tracing::warn!(%peer, "NBD client not in the allowlist: closed");
                     return;
@@ -108,7 +108,7 @@ fn accept(listener: Listener, server: Arc<Server>, shutdown: Shutdown) -> io::Re
                 connection::handle(stream, Peer::Tcp(peer), &server)
             })
         }
-        Listener::Unix(l) => accept_loop_unix("nbd", l, shutdown, max_connections, move |stream| {
+        Listener::Unix(l) => accept_loop_unix("nbd", l, shutdown, connections_max, move |stream| {
             let peer = Peer::of_unix(&stream);
             connection::handle(stream, peer, &server)
         }),

@@ -14,8 +14,8 @@ pub(crate) struct Session {
     /// `base:allocation` was selected for this export: BLOCK_STATUS works.
     pub block_status: bool,
     pub peer: Peer,
-    pub max_request_bytes: u32,
-    pub min_block_bytes: u32,
+    pub request_bytes_max: u32,
+    pub block_bytes_min: u32,
 }
 
 /// A request that passed every check, ready to run.
@@ -50,8 +50,8 @@ impl Session {
         peer: Peer,
         cfg: &NbdConfig,
     ) -> Self {
-        let (max_request_bytes, min_block_bytes) = (cfg.max_request_bytes, cfg.min_block_bytes);
-        Session { export, structured, block_status, peer, max_request_bytes, min_block_bytes }
+        let (request_bytes_max, block_bytes_min) = (cfg.request_bytes_max, cfg.block_bytes_min);
+        Session { export, structured, block_status, peer, request_bytes_max, block_bytes_min }
     }
 
     /// Flags each command accepts. FUA is accepted everywhere, as the
@@ -99,7 +99,7 @@ impl Session {
             let errno = if grows { Errno::NoSpc } else { Errno::Inval };
             return Err(reject(errno, "request reaches past the end of the export"));
         }
-        let align = self.min_block_bytes as u64;
+        let align = self.block_bytes_min as u64;
         if !req.offset.is_multiple_of(align) || !(req.len as u64).is_multiple_of(align) {
             return Err(reject(Errno::Inval, "request is not aligned to the minimum block size"));
         }
@@ -112,7 +112,7 @@ impl Session {
         Ok(match cmd {
             Command::Read => {
                 let df = req.flags & cmd_flags::DF != 0;
-                if len > self.max_request_bytes {
+                if len > self.request_bytes_max {
                     let errno = if df { Errno::Overflow } else { Errno::Inval };
                     return Err(reject(errno, "read larger than the maximum block size"));
                 }

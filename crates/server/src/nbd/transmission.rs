@@ -56,7 +56,7 @@ pub(crate) fn run<W: Wire>(
     d: &mut impl Dispatch,
 ) -> Result<End, ConnError> {
     let mut inbuf = InBuf::new(cfg.input_buffer_bytes);
-    let mut out = OutBuf::new(cfg.max_reply_batch_bytes);
+    let mut out = OutBuf::new(cfg.reply_batch_bytes_max);
     loop {
         let step = serve_buffered(&mut inbuf, &mut out, s, cfg, d);
         if !out.is_empty() {
@@ -113,7 +113,7 @@ fn serve_buffered(
     d: &mut impl Dispatch,
 ) -> Result<Step, ConnError> {
     loop {
-        if out.len() >= cfg.max_reply_batch_bytes {
+        if out.len() >= cfg.reply_batch_bytes_max {
             d.send(out.as_slice())?;
             out.clear();
         }
@@ -128,7 +128,7 @@ fn serve_buffered(
                     "write larger than the maximum block size",
                 );
                 if closing {
-                    let limit_bytes = cfg.max_skip_write_bytes;
+                    let limit_bytes = cfg.skip_write_bytes_max;
                     return Err(ConnError::OversizeWrite { len_bytes: req.len, limit_bytes });
                 }
                 continue;

@@ -68,7 +68,7 @@ pub(crate) fn serve_pooled<W: Wire>(
     cfg: &NbdConfig,
 ) -> Result<End, ConnError> {
     let replies = Replies { stream, write_lock: Mutex::new(()) };
-    let (jobs, queue) = sync_channel::<Job>(cfg.max_inflight_requests);
+    let (jobs, queue) = sync_channel::<Job>(cfg.inflight_requests_max);
     let queue = Mutex::new(queue);
     thread::scope(|scope| {
         for _ in 0..cfg.workers_per_connection {
@@ -82,7 +82,7 @@ pub(crate) fn serve_pooled<W: Wire>(
 }
 
 fn work<W: Wire>(s: &Session, cfg: &NbdConfig, queue: &Mutex<Receiver<Job>>, replies: &Replies<W>) {
-    let mut out = OutBuf::new(cfg.max_reply_batch_bytes);
+    let mut out = OutBuf::new(cfg.reply_batch_bytes_max);
     // Ends when the reader drops the sender and the queue is empty. The
     // lock is released before the job runs (`let`, not `while let`).
     loop {

@@ -35,7 +35,7 @@ pub struct Conn<'a> {
     pub borrower: BorrowerId,
     session: Arc<Session>,
     epoch: u64,
-    pub max_batch_pages: u32,
+    pub batch_pages_max: u32,
     spin: memlend_net::AdaptiveSpin,
     pub stats: &'a ServerStats,
     inb: Vec<u8>,
@@ -73,7 +73,7 @@ impl<'a> Conn<'a> {
             borrower: accepted.borrower_id,
             session: accepted.session,
             epoch: accepted.epoch,
-            max_batch_pages: cfg.max_batch_pages,
+            batch_pages_max: cfg.batch_pages_max,
             spin: memlend_net::AdaptiveSpin::new(cfg.spin_before_sleep),
             stats,
             inb: vec![0; IN_BUF_BYTES],
@@ -176,7 +176,7 @@ impl<'a> Conn<'a> {
         let ctx = super::ops::Ctx {
             registry: self.registry,
             borrower: self.borrower,
-            max_batch_pages: self.max_batch_pages,
+            batch_pages_max: self.batch_pages_max,
         };
         let outcome = serve_request(&ctx, h, payload, slab.as_deref(), &mut self.out);
         self.counters.count(&outcome);

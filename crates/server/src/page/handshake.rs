@@ -16,8 +16,8 @@ pub struct Accepted {
 
 /// Limits the server announces in WELCOME.
 pub struct Offer {
-    pub max_batch_pages: u32,
-    pub max_inflight: u32,
+    pub batch_pages_max: u32,
+    pub inflight_max: u32,
     pub lend_pages: u64,
 }
 
@@ -103,8 +103,8 @@ pub fn accept<S: Read + Write>(
     let welcome = Welcome {
         status: Status::Ok,
         mac,
-        max_batch_pages: offer.max_batch_pages,
-        max_inflight: offer.max_inflight,
+        batch_pages_max: offer.batch_pages_max,
+        inflight_max: offer.inflight_max,
         session_id: session.id,
         lend_pages: offer.lend_pages,
         resumed_seq,

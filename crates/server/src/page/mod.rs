@@ -28,9 +28,9 @@ use std::time::Duration;
 pub struct PageServerConfig {
     /// The cluster key; `None` runs insecure (any client is accepted).
     pub key: Option<Key>,
-    pub max_connections: usize,
-    pub max_batch_pages: u32,
-    pub max_inflight: u32,
+    pub connections_max: usize,
+    pub batch_pages_max: u32,
+    pub inflight_max: u32,
     /// A handshake must finish within this, so silent peers cannot hold
     /// connection slots.
     pub handshake_timeout: Duration,
@@ -47,9 +47,9 @@ impl Default for PageServerConfig {
     fn default() -> Self {
         PageServerConfig {
             key: None,
-            max_connections: 256,
-            max_batch_pages: limits::BATCH_PAGES_MAX,
-            max_inflight: limits::INFLIGHT_MAX,
+            connections_max: 256,
+            batch_pages_max: limits::BATCH_PAGES_MAX,
+            inflight_max: limits::INFLIGHT_MAX,
             handshake_timeout: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(60),
             spin_before_sleep: Duration::from_micros(200),
@@ -70,11 +70,11 @@ const SESSIONS_PER_CONNECTION: usize = 2;
 
 impl PageServer {
     pub fn new(cfg: PageServerConfig, registry: Registry) -> Arc<Self> {
-        assert!(cfg.max_batch_pages >= 1 && cfg.max_batch_pages <= limits::BATCH_PAGES_MAX);
-        assert!(cfg.max_inflight >= 1 && cfg.max_inflight <= limits::INFLIGHT_MAX);
+        assert!(cfg.batch_pages_max >= 1 && cfg.batch_pages_max <= limits::BATCH_PAGES_MAX);
+        assert!(cfg.inflight_max >= 1 && cfg.inflight_max <= limits::INFLIGHT_MAX);
         assert!(cfg.spin_before_sleep <= Duration::from_millis(10), "a longer spin burns a core");
-        let max_sessions = cfg.max_connections * SESSIONS_PER_CONNECTION;
-        let sessions = sessions::Sessions::new(max_sessions, cfg.max_inflight as usize);
+        let sessions_max = cfg.connections_max * SESSIONS_PER_CONNECTION;
+        let sessions = sessions::Sessions::new(sessions_max, cfg.inflight_max as usize);
         Arc::new(PageServer { cfg, registry, sessions, stats: ServerStats::default() })
     }
 
@@ -100,7 +100,7 @@ impl PageServer {
             })?
         };
         let me = Arc::clone(self);
-        let max = self.cfg.max_connections;
+        let max = self.cfg.connections_max;
         let result = accept_loop("page", listener, shutdown, max, move |stream, peer| {
             me.serve_connection(stream, peer)
         });
@@ -111,8 +111,8 @@ impl PageServer {
     fn serve_connection(&self, mut stream: TcpStream, peer: SocketAddr) {
         self.stats.connections_total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let offer = handshake::Offer {
-            max_batch_pages: self.cfg.max_batch_pages,
-            max_inflight: self.cfg.max_inflight,
+            batch_pages_max: self.cfg.batch_pages_max,
+            inflight_max: self.cfg.inflight_max,
             lend_pages: self.registry.lend_pages(),
         };
         let _ = stream.set_read_timeout(Some(self.cfg.handshake_timeout));

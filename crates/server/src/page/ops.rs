@@ -13,7 +13,7 @@ use std::time::Duration;
 pub struct Ctx<'a> {
     pub registry: &'a Registry,
     pub borrower: BorrowerId,
-    pub max_batch_pages: u32,
+    pub batch_pages_max: u32,
 }
 
 /// What happened, for counters and the slab cache.
@@ -58,7 +58,7 @@ fn dispatch(
     slab: Option<&Slab>,
     out: &mut OutBuf,
 ) -> Result<Outcome, Status> {
-    let op = h.validate(ctx.max_batch_pages).map_err(|e| e.status())?;
+    let op = h.validate(ctx.batch_pages_max).map_err(|e| e.status())?;
     if h.payload_len > 0 && page::payload_crc(payload) != h.payload_crc {
         return Err(Status::BadPayloadCrc);
     }

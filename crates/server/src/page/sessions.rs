@@ -107,14 +107,14 @@ fn evict_oldest_detached(map: &mut HashMap<u64, Arc<Session>>) -> bool {
 /// Every live session of the server, bounded.
 pub struct Sessions {
     map: Mutex<HashMap<u64, Arc<Session>>>,
-    max_sessions: usize,
+    sessions_max: usize,
     window_len: usize,
 }
 
 impl Sessions {
-    pub fn new(max_sessions: usize, window_len: usize) -> Sessions {
-        assert!(max_sessions > 0 && window_len > 0);
-        Sessions { map: Mutex::new(HashMap::new()), max_sessions, window_len }
+    pub fn new(sessions_max: usize, window_len: usize) -> Sessions {
+        assert!(sessions_max > 0 && window_len > 0);
+        Sessions { map: Mutex::new(HashMap::new()), sessions_max, window_len }
     }
 
     /// A new session for `borrower`, attached, at epoch 1.
@@ -124,7 +124,7 @@ impl Sessions {
         borrower: BorrowerId,
     ) -> Result<(Arc<Session>, u64), ResumeError> {
         let mut map = self.map.lock();
-        if map.len() >= self.max_sessions && !evict_oldest_detached(&mut map) {
+        if map.len() >= self.sessions_max && !evict_oldest_detached(&mut map) {
             return Err(ResumeError::Full);
         }
         let none = Done { seq: 0, status: Status::Ok, value: 0 };

@@ -136,7 +136,7 @@ pub(super) fn put(w: &mut W, b: &Body) -> Result<(), CtrlError> {
         Body::Request(r) => {
             w.u64(r.request_id)?;
             w.u64(r.bytes)?;
-            w.u64(r.min_bytes)
+            w.u64(r.bytes_min)
         }
         Body::Grant(g) => {
             w.u64(g.request_id)?;
@@ -205,7 +205,7 @@ pub(super) fn get(r: &mut R, kind: u8) -> Result<Body, CtrlError> {
         2 => Body::Request(Request {
             request_id: r.u64("request_id")?,
             bytes: r.u64("bytes")?,
-            min_bytes: r.u64("min_bytes")?,
+            bytes_min: r.u64("bytes_min")?,
         }),
         3 => Body::Grant(Grant {
             request_id: r.u64("request_id")?,

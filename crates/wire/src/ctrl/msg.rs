@@ -80,7 +80,7 @@ pub struct Request {
     pub request_id: u64,
     pub bytes: u64,
     /// Smallest grant worth having; a server with less stays silent.
-    pub min_bytes: u64,
+    pub bytes_min: u64,
 }
 
 /// GRANTING_MEM: a server reserves memory for one request. The grant binds

@@ -45,7 +45,7 @@ fn arb_body() -> impl Strategy<Value = Body> {
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(r, b, m)| Body::Request(Request {
             request_id: r,
             bytes: b,
-            min_bytes: m
+            bytes_min: m
         })),
         (any::<u64>(), any::<u64>(), any::<u64>(), arb_addr(), any::<[u8; 16]>(), any::<u32>())
             .prop_map(|(r, l, b, d, c, a)| Body::Grant(Grant {

@@ -24,9 +24,9 @@ pub enum Info {
     Name(Vec<u8>),
     Description(Vec<u8>),
     BlockSize {
-        min_bytes: u32,
+        bytes_min: u32,
         preferred_bytes: u32,
-        max_bytes: u32,
+        bytes_max: u32,
     },
     /// A type this crate does not know; clients must ignore it.
     Unknown(u16),
@@ -44,9 +44,9 @@ impl Info {
             }
             Info::Name(s) => typed_string(info::NAME, s),
             Info::Description(s) => typed_string(info::DESCRIPTION, s),
-            Info::BlockSize { min_bytes, preferred_bytes, max_bytes } => {
+            Info::BlockSize { bytes_min, preferred_bytes, bytes_max } => {
                 let mut b = info::BLOCK_SIZE.to_be_bytes().to_vec();
-                for v in [min_bytes, preferred_bytes, max_bytes] {
+                for v in [bytes_min, preferred_bytes, bytes_max] {
                     b.extend_from_slice(&v.to_be_bytes());
                 }
                 b
@@ -78,9 +78,9 @@ impl Info {
             info::DESCRIPTION => Info::Description(b[2..].to_vec()),
             info::BLOCK_SIZE => {
                 exact(INFO_BLOCK_SIZE_LEN)?;
-                let (min_bytes, preferred_bytes, max_bytes) =
+                let (bytes_min, preferred_bytes, bytes_max) =
                     (be_u32(b, 2), be_u32(b, 6), be_u32(b, 10));
-                Info::BlockSize { min_bytes, preferred_bytes, max_bytes }
+                Info::BlockSize { bytes_min, preferred_bytes, bytes_max }
             }
             other => Info::Unknown(other),
         })
@@ -128,9 +128,9 @@ mod tests {
             bytes().prop_map(Info::Name),
             bytes().prop_map(Info::Description),
             (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(a, b, c)| Info::BlockSize {
-                min_bytes: a,
+                bytes_min: a,
                 preferred_bytes: b,
-                max_bytes: c
+                bytes_max: c
             }),
             (4u16..).prop_map(Info::Unknown),
         ]

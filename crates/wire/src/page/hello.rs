@@ -135,8 +135,8 @@ impl Auth {
 pub struct Welcome {
     pub status: Status,
     pub mac: [u8; MAC_LEN],
-    pub max_batch_pages: u32,
-    pub max_inflight: u32,
+    pub batch_pages_max: u32,
+    pub inflight_max: u32,
     pub session_id: u64,
     /// Pages this donor lends in all (a hint for the client's placement).
     pub lend_pages: u64,
@@ -153,8 +153,8 @@ impl Welcome {
         Welcome {
             status,
             mac: [0; MAC_LEN],
-            max_batch_pages: 0,
-            max_inflight: 0,
+            batch_pages_max: 0,
+            inflight_max: 0,
             session_id: 0,
             lend_pages: 0,
             resumed_seq: 0,
@@ -166,8 +166,8 @@ impl Welcome {
         b[0..8].copy_from_slice(Self::MAGIC);
         b[8..10].copy_from_slice(&(self.status as u16).to_le_bytes());
         b[16..48].copy_from_slice(&self.mac);
-        b[48..52].copy_from_slice(&self.max_batch_pages.to_le_bytes());
-        b[52..56].copy_from_slice(&self.max_inflight.to_le_bytes());
+        b[48..52].copy_from_slice(&self.batch_pages_max.to_le_bytes());
+        b[52..56].copy_from_slice(&self.inflight_max.to_le_bytes());
         b[56..64].copy_from_slice(&self.session_id.to_le_bytes());
         b[64..72].copy_from_slice(&self.lend_pages.to_le_bytes());
         b[72..80].copy_from_slice(&self.resumed_seq.to_le_bytes());
@@ -179,8 +179,8 @@ impl Welcome {
         Ok(Welcome {
             status: Status::from_u16(le_u16(b, 8)),
             mac: array(b, 16),
-            max_batch_pages: le_u32(b, 48),
-            max_inflight: le_u32(b, 52),
+            batch_pages_max: le_u32(b, 48),
+            inflight_max: le_u32(b, 52),
             session_id: le_u64(b, 56),
             lend_pages: le_u64(b, 64),
             resumed_seq: le_u64(b, 72),
@@ -210,7 +210,7 @@ mod tests {
         fn auth_and_welcome_round_trip(mac: [u8; 32], batch: u32, inflight: u32, session: u64, lend: u64, resumed: u64) {
             let a = Auth { mac };
             prop_assert_eq!(Auth::decode(&a.encode()).unwrap(), a);
-            let w = Welcome { status: Status::Ok, mac, max_batch_pages: batch, max_inflight: inflight, session_id: session, lend_pages: lend, resumed_seq: resumed };
+            let w = Welcome { status: Status::Ok, mac, batch_pages_max: batch, inflight_max: inflight, session_id: session, lend_pages: lend, resumed_seq: resumed };
             prop_assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
         }
 

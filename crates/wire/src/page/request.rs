@@ -96,15 +96,15 @@ impl ReqHeader {
 
     /// Check the fields against the opcode. The payload (already bounded by
     /// `decode`) can be skipped after an error here, so the stream survives.
-    pub fn validate(&self, max_batch_pages: u32) -> Result<Opcode, FrameError> {
+    pub fn validate(&self, batch_pages_max: u32) -> Result<Opcode, FrameError> {
         let op = Opcode::from_wire(self.opcode).ok_or(FrameError::UnknownOpcode(self.opcode))?;
         let sealable = matches!(op, Opcode::OpenSlab | Opcode::Read | Opcode::Write);
         if self.flags & !FLAG_SEALED != 0 || (self.sealed() && !sealable) {
             return Err(FrameError::BadFlags(self.flags as u32));
         }
         let batched = matches!(op, Opcode::Read | Opcode::Write | Opcode::ReadV | Opcode::WriteV);
-        if batched && (self.count == 0 || self.count > max_batch_pages) {
-            let (got, limit) = (self.count as u64, max_batch_pages as u64);
+        if batched && (self.count == 0 || self.count > batch_pages_max) {
+            let (got, limit) = (self.count as u64, batch_pages_max as u64);
             return Err(FrameError::BadBatch { got, limit });
         }
         let expected = Self::expected_payload(op, self.count, self.sealed());
