@@ -65,8 +65,10 @@ pub(crate) struct Huge {
     cursor: usize,
     /// Pages held at the last scan.
     last_held: usize,
+    /// `unmaps` at the last scan.
+    unmaps_at_scan: u64,
     next_scan: Instant,
-    tx: Option<SyncSender<usize>>,
+    tx: Option<SyncSender<Chunk>>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
 }
@@ -85,7 +87,7 @@ impl Huge {
         if chunks == 0 {
             return Ok(None);
         }
-        let (tx, rx) = sync_channel::<usize>(CHUNKS_PER_SCAN_MAX);
+        let (tx, rx) = sync_channel::<Chunk>(CHUNKS_PER_SCAN_MAX);
         let thread_counters = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name("memlend-huge".into())
@@ -96,6 +98,7 @@ impl Huge {
             tried: vec![false; chunks],
             cursor: 0,
             last_held: 0,
+            unmaps_at_scan: 0,
             next_scan: Instant::now() + SCAN_INTERVAL,
             tx: Some(tx),
             thread: Some(thread),
@@ -114,6 +117,12 @@ impl Huge {
             return;
         }
         self.next_scan = now + SCAN_INTERVAL;
+        let unmaps_now = unmaps(&self.counters);
+        if std::mem::replace(&mut self.unmaps_at_scan, unmaps_now) != unmaps_now {
+            // Chunks queued meanwhile may have been skipped (`Chunk`); one
+            // already huge costs a few µs to try again.
+            self.tried.fill(false);
+        }
         let held = table.held();
         let grew = held.saturating_sub(std::mem::replace(&mut self.last_held, held));
         let room = budget_pages.saturating_sub(held + SLACK_CHUNKS * CHUNK_PAGES);
@@ -143,7 +152,8 @@ impl Huge {
                 continue;
             }
             let Some(tx) = &self.tx else { return };
-            match tx.try_send(base + first * PAGE_SIZE) {
+            let unmaps_seen = unmaps(&self.counters);
+            match tx.try_send(Chunk { addr: base + first * PAGE_SIZE, unmaps_seen }) {
                 Ok(()) => {
                     self.tried[chunk] = true;
                     sent += 1;
@@ -169,10 +179,31 @@ impl Drop for Huge {
     }
 }
 
-/// The collapsing thread: each chunk address in turn, until the handler
-/// drops its sender.
-fn collapse_each(rx: std::sync::mpsc::Receiver<usize>, counters: &Counters) {
-    for addr in rx {
+/// A chunk to collapse, and the unmap events the handler had read when it
+/// chose it.
+struct Chunk {
+    addr: usize,
+    unmaps_seen: u64,
+}
+
+/// munmap and mremap events read so far. The program may unmap region
+/// memory and map something else there while a chunk waits in the queue
+/// (up to 64 chunks of a few ms each); the kernel makes munmap wait until
+/// the handler has read its event, so a chunk still counts as the region's
+/// only if no such event was read since it was chosen. The window left is
+/// between this check and the collapse, microseconds, and what it risks is
+/// huge-page advice on another mapping, not its bytes.
+fn unmaps(counters: &Counters) -> u64 {
+    counters.unmap_events.load(Relaxed) + counters.remap_events.load(Relaxed)
+}
+
+/// The collapsing thread: each chunk in turn, until the handler drops its
+/// sender.
+fn collapse_each(rx: std::sync::mpsc::Receiver<Chunk>, counters: &Counters) {
+    for Chunk { addr, unmaps_seen } in rx {
+        if unmaps(counters) != unmaps_seen {
+            continue;
+        }
         match crate::mem::collapse_huge(addr, CHUNK_BYTES) {
             Ok(()) => {
                 counters.huge_collapsed.fetch_add(1, Relaxed);
@@ -187,6 +218,51 @@ fn collapse_each(rx: std::sync::mpsc::Receiver<usize>, counters: &Counters) {
                     );
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::Mapping;
+
+    /// One aligned chunk of `map`, its pages written.
+    fn written_chunk(map: &Mapping) -> usize {
+        let addr = map.addr().next_multiple_of(CHUNK_BYTES);
+        for page in 0..CHUNK_PAGES {
+            // SAFETY: inside our own live mapping (two chunks long).
+            unsafe { ((addr + page * PAGE_SIZE) as *mut u64).write_volatile(page as u64 + 1) };
+        }
+        addr
+    }
+
+    fn collapse(chunks: Vec<Chunk>, counters: &Counters) {
+        let (tx, rx) = sync_channel(chunks.len());
+        chunks.into_iter().for_each(|c| tx.send(c).unwrap());
+        drop(tx);
+        collapse_each(rx, counters);
+    }
+
+    #[test]
+    fn a_chunk_chosen_before_an_unmap_is_left_alone() {
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        if thp.is_ok_and(|s| s.contains("[never]")) {
+            return memlend_testskip::skip("transparent huge pages are off");
+        }
+        let map = Mapping::new(2 * CHUNK_PAGES).unwrap();
+        let addr = written_chunk(&map);
+        let counters = Counters::default();
+        counters.unmap_events.store(1, Relaxed);
+        collapse(vec![Chunk { addr, unmaps_seen: 0 }], &counters);
+        assert_eq!(counters.huge_collapsed.load(Relaxed) + counters.huge_failed.load(Relaxed), 0);
+
+        collapse(vec![Chunk { addr, unmaps_seen: 1 }], &counters);
+        assert_eq!(counters.huge_collapsed.load(Relaxed), 1, "failed {:?}", counters.huge_failed);
+        for page in 0..CHUNK_PAGES {
+            // SAFETY: as in `written_chunk`.
+            let got = unsafe { ((addr + page * PAGE_SIZE) as *const u64).read_volatile() };
+            assert_eq!(got, page as u64 + 1);
         }
     }
 }
