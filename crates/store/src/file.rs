@@ -3,7 +3,9 @@
 //! Page `p` lives at byte `p * 4096`. Reads and writes are positional
 //! (`preadv`/`pwritev`), so threads share one descriptor without a lock on a
 //! file offset; runs of a batch that are adjacent on disk go down as one
-//! vectored call. A file is created sparse (`ftruncate`) and `discard` punches
+//! vectored call, and the runs of one batch go down together through
+//! io_uring (`ring.rs`), so scattered pages keep the disk's queue full. A
+//! file is created sparse (`ftruncate`) and `discard` punches
 //! holes, so the file holds only pages in use.
 //!
 //! Each page is still guarded by a stripe lock, because the page-atomicity
@@ -24,6 +26,7 @@
 
 mod device;
 mod io;
+mod ring;
 
 use crate::page_locks::{LockSet, PageLocks};
 use crate::{check_range, check_run, Caps, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
@@ -39,6 +42,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// The most bytes one vectored call moves. It bounds the stripes held per
 /// call and the bounce buffer an unaligned `O_DIRECT` request needs.
 const IO_BYTES_MAX: usize = 1 << 20;
+/// Vectored calls in flight at once (one io_uring submission): it bounds
+/// the stripes held and the bounce buffer of one batch, as `IO_BYTES_MAX`
+/// bounds them per call.
+const GROUPS_PER_BATCH_MAX: usize = ring::RING_ENTRIES;
 /// Size of the zero buffer that the write-zeroes fallback of `discard` repeats.
 const ZERO_CHUNK_BYTES: usize = 64 << 10;
 
@@ -150,58 +157,78 @@ impl FileStore {
         bufs.filter(|b| !self.is_aligned(b)).map(|b| b.len()).sum()
     }
 
-    /// Read one group of segments that are adjacent on disk, in one call.
-    fn read_group(&self, group: &mut [(u64, &mut [u8])]) -> StoreResult<()> {
-        let (page, run_pages) = run_of(group);
-        let mut bounce = AlignedBuf::zeroed(self.unaligned_bytes(group.iter().map(|(_, b)| &**b)));
-        let mut spare = bounce.bytes_mut();
-        let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(group.len());
-        for (_, buf) in group.iter_mut() {
-            if self.is_aligned(buf) {
-                bufs.push(buf);
-            } else {
-                let (piece, rest) = std::mem::take(&mut spare).split_at_mut(buf.len());
-                spare = rest;
-                bufs.push(piece);
-            }
+    /// Read every group (segments adjacent on disk, one vectored call each),
+    /// all at once, under the stripes of every page they cover.
+    fn read_groups(&self, groups: &mut [&mut [(u64, &mut [u8])]]) -> StoreResult<()> {
+        let segs = || groups.iter().flat_map(|g| g.iter());
+        let mut bounce = AlignedBuf::zeroed(self.unaligned_bytes(segs().map(|(_, b)| &**b)));
+        let mut locks = LockSet::new();
+        for group in groups.iter() {
+            let (page, run_pages) = run_of(group);
+            locks.add_run(page, run_pages);
         }
         {
-            let _shared = self.stripes.read(&LockSet::of_run(page, run_pages));
-            io::read_exact_at(self.file.as_fd(), page << PAGE_SHIFT, &mut bufs)?;
+            let mut spare = bounce.bytes_mut();
+            let mut calls: Vec<(u64, Vec<&mut [u8]>)> = Vec::with_capacity(groups.len());
+            for group in groups.iter_mut() {
+                let offset_bytes = group[0].0 << PAGE_SHIFT;
+                let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(group.len());
+                for (_, buf) in group.iter_mut() {
+                    if self.is_aligned(buf) {
+                        bufs.push(buf);
+                    } else {
+                        let (piece, rest) = std::mem::take(&mut spare).split_at_mut(buf.len());
+                        spare = rest;
+                        bufs.push(piece);
+                    }
+                }
+                calls.push((offset_bytes, bufs));
+            }
+            let _shared = self.stripes.read(&locks);
+            io::read_each_at(self.file.as_fd(), &mut calls)?;
         }
-        drop(bufs);
         let mut filled = bounce.bytes();
-        for (_, buf) in group.iter_mut().filter(|(_, b)| !self.is_aligned(b)) {
-            let (piece, rest) = filled.split_at(buf.len());
-            buf.copy_from_slice(piece);
-            filled = rest;
+        for (_, buf) in groups.iter_mut().flat_map(|g| g.iter_mut()) {
+            if !self.is_aligned(buf) {
+                let (piece, rest) = filled.split_at(buf.len());
+                buf.copy_from_slice(piece);
+                filled = rest;
+            }
         }
         Ok(())
     }
 
-    /// Write one group of segments that are adjacent on disk, in one call.
-    fn write_group(&self, group: &[(u64, &[u8])]) -> StoreResult<()> {
-        let (page, run_pages) = run_of(group);
-        let mut bounce = AlignedBuf::zeroed(self.unaligned_bytes(group.iter().map(|(_, b)| *b)));
+    /// Write every group (segments adjacent on disk, one vectored call
+    /// each), all at once, owning the stripes of every page they cover.
+    fn write_groups(&self, groups: &[&[(u64, &[u8])]]) -> StoreResult<()> {
+        let segs = || groups.iter().flat_map(|g| g.iter());
+        let mut bounce = AlignedBuf::zeroed(self.unaligned_bytes(segs().map(|(_, d)| *d)));
         let mut spare = bounce.bytes_mut();
-        for (_, data) in group.iter().filter(|(_, d)| !self.is_aligned(d)) {
+        for (_, data) in segs().filter(|(_, d)| !self.is_aligned(d)) {
             let (piece, rest) = std::mem::take(&mut spare).split_at_mut(data.len());
             piece.copy_from_slice(data);
             spare = rest;
         }
         let mut staged = bounce.bytes();
-        let mut bufs: Vec<&[u8]> = Vec::with_capacity(group.len());
-        for &(_, data) in group {
-            if self.is_aligned(data) {
-                bufs.push(data);
-            } else {
-                let (piece, rest) = staged.split_at(data.len());
-                staged = rest;
-                bufs.push(piece);
+        let mut locks = LockSet::new();
+        let mut calls: Vec<(u64, Vec<&[u8]>)> = Vec::with_capacity(groups.len());
+        for group in groups {
+            let (page, run_pages) = run_of(group);
+            locks.add_run(page, run_pages);
+            let mut bufs: Vec<&[u8]> = Vec::with_capacity(group.len());
+            for &(_, data) in group.iter() {
+                if self.is_aligned(data) {
+                    bufs.push(data);
+                } else {
+                    let (piece, rest) = staged.split_at(data.len());
+                    staged = rest;
+                    bufs.push(piece);
+                }
             }
+            calls.push((page << PAGE_SHIFT, bufs));
         }
-        let _owned = self.stripes.write(&LockSet::of_run(page, run_pages));
-        io::write_all_at(self.file.as_fd(), page << PAGE_SHIFT, &bufs)?;
+        let _owned = self.stripes.write(&locks);
+        io::write_each_at(self.file.as_fd(), &calls)?;
         Ok(())
     }
 
@@ -261,13 +288,14 @@ impl PageStore for FileStore {
             check_run(self.pages, op.page, op.buf.len())?;
         }
         let mut segs = pieces(ops.iter_mut().map(|op| (op.page, op.buf.chunks_mut(IO_BYTES_MAX))));
+        let mut groups: Vec<&mut [(u64, &mut [u8])]> = Vec::new();
         let mut rest = &mut segs[..];
         while !rest.is_empty() {
             let (group, tail) = rest.split_at_mut(group_len(rest));
-            self.read_group(group)?;
+            groups.push(group);
             rest = tail;
         }
-        Ok(())
+        groups.chunks_mut(GROUPS_PER_BATCH_MAX).try_for_each(|batch| self.read_groups(batch))
     }
 
     fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
@@ -275,13 +303,14 @@ impl PageStore for FileStore {
             check_run(self.pages, op.page, op.data.len())?;
         }
         let segs = pieces(ops.iter().map(|op| (op.page, op.data.chunks(IO_BYTES_MAX))));
+        let mut groups: Vec<&[(u64, &[u8])]> = Vec::new();
         let mut rest = &segs[..];
         while !rest.is_empty() {
             let (group, tail) = rest.split_at(group_len(rest));
-            self.write_group(group)?;
+            groups.push(group);
             rest = tail;
         }
-        Ok(())
+        groups.chunks(GROUPS_PER_BATCH_MAX).try_for_each(|batch| self.write_groups(batch))
     }
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {

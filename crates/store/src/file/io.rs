@@ -5,6 +5,7 @@
 //! that splits the request) and may fail with `EINTR`; callers here get either
 //! the whole transfer or an error.
 
+use super::ring::{transfer_all, Call};
 use crate::PAGE_SIZE;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -16,7 +17,7 @@ pub(super) const IOVECS_MAX: usize = libc::UIO_MAXIOV as usize;
 const INTERRUPTS_MAX: usize = 1000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dir {
+pub(super) enum Dir {
     Read,
     Write,
 }
@@ -48,13 +49,50 @@ pub(super) fn write_all_at(fd: BorrowedFd<'_>, offset: u64, bufs: &[&[u8]]) -> i
     unsafe { transfer(fd, Dir::Write, offset, &mut iovs) }
 }
 
+/// Read each `(offset, bufs)` of `calls`, at once where io_uring allows.
+pub(super) fn read_each_at(
+    fd: BorrowedFd<'_>,
+    calls: &mut [(u64, Vec<&mut [u8]>)],
+) -> io::Result<()> {
+    let mut ring_calls: Vec<Call> = calls
+        .iter_mut()
+        .map(|(offset, bufs)| Call {
+            offset: *offset,
+            iovs: bufs
+                .iter_mut()
+                .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
+                .collect(),
+        })
+        .collect();
+    // SAFETY: every iovec was made just above from a `&mut [u8]` in `calls`,
+    // which we borrow mutably for this whole call.
+    unsafe { transfer_all(fd, Dir::Read, &mut ring_calls) }
+}
+
+/// Write each `(offset, bufs)` of `calls`, at once where io_uring allows.
+pub(super) fn write_each_at(fd: BorrowedFd<'_>, calls: &[(u64, Vec<&[u8]>)]) -> io::Result<()> {
+    let mut ring_calls: Vec<Call> = calls
+        .iter()
+        .map(|(offset, bufs)| Call {
+            offset: *offset,
+            iovs: bufs
+                .iter()
+                .map(|b| libc::iovec { iov_base: b.as_ptr().cast_mut().cast(), iov_len: b.len() })
+                .collect(),
+        })
+        .collect();
+    // SAFETY: every iovec was made just above from a `&[u8]` in `calls`,
+    // borrowed for this whole call; writes only read through them.
+    unsafe { transfer_all(fd, Dir::Write, &mut ring_calls) }
+}
+
 /// Move every byte `iovs` describes, resuming after short counts and `EINTR`.
 ///
 /// # Safety
 /// For `Dir::Read` each iovec must name memory valid for writes of `iov_len`
 /// bytes, for `Dir::Write` valid for reads, and no other code may access that
 /// memory until this returns.
-unsafe fn transfer(
+pub(super) unsafe fn transfer(
     fd: BorrowedFd<'_>,
     dir: Dir,
     offset: u64,
@@ -99,7 +137,7 @@ unsafe fn transfer(
 }
 
 /// Consume `moved_bytes` from `iovs[first..]`; returns the new first iovec.
-fn advance(iovs: &mut [libc::iovec], mut first: usize, mut moved_bytes: usize) -> usize {
+pub(super) fn advance(iovs: &mut [libc::iovec], mut first: usize, mut moved_bytes: usize) -> usize {
     while moved_bytes > 0 {
         let iov = &mut iovs[first];
         if moved_bytes < iov.iov_len {
