@@ -1,9 +1,9 @@
 //! The handler's doorbell: an eventfd that the fetch and write-back threads
 //! ring when they finish a job, and that the handler polls beside the
-//! userfaultfd. Without it the handler noticed a finished window only when
-//! the next fault came or its 1 ms poll timed out; a sequential scan, whose
-//! program touches mapped pages with no fault for a whole window, waited
-//! for windows that had been read for up to a millisecond.
+//! userfaultfd. Without it the handler would notice a finished window only
+//! when the next fault came or its 1 ms poll timed out, and a sequential
+//! scan, whose program touches mapped pages with no fault for a whole
+//! window, would wait up to a millisecond for windows already read.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

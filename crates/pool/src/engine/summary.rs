@@ -2,9 +2,9 @@
 //! memory, where it serves pages), and how long a peer that only sends
 //! summaries may stay silent.
 //!
-//! Heartbeats used to go to every node every `heartbeat_ms`, so what a node
-//! received grew with N (259 KB/s per node at 1000 simulated nodes,
-//! docs/scale.md). Now a summary goes to everyone only
+//! A summary to every node every `heartbeat_ms` would make what a node
+//! receives grow with N (259 KB/s per node at 1000 simulated nodes,
+//! docs/scale.md). So a summary goes to everyone only
 //!
 //! - at once when borrowers must know: the node became a server with room
 //!   for one grant unit (new supply, whom `request_dests` asks), or stopped
@@ -13,7 +13,8 @@
 //!   members / `summaries_per_s` (at least `heartbeat_ms`, at most
 //!   `refresh_max_ms`), jittered by ±20% so nodes do not fall into step. A
 //!   node thus receives about `summaries_per_s` refreshes a second whatever
-//!   N is, and a 2- or 3-node cluster behaves as before (500 ms).
+//!   N is, and a 2- or 3-node cluster refreshes every `heartbeat_ms`
+//!   (500 ms).
 //!
 //! What waits for the refresh: amounts; a server's room lent out (a
 //! borrower that asks it is answered with its summary instead of silence,
@@ -21,9 +22,9 @@
 //! 4.3's choice of who broadcasts offers, and borrowers still find servers
 //! by the 3-way handshake). Measured at 1000 simulated nodes, announcing
 //! every class change and every loss of room at once cost 7.7 KB/s
-//! received per node, this 6.7 (before the refresh fix below) and less
-//! (docs/scale.md). Lease partners hear each other every `heartbeat_ms`
-//! regardless (`heartbeat.rs`).
+//! received per node, and this rule 6.7 KB/s or less (docs/scale.md).
+//! Lease partners hear each other every `heartbeat_ms` regardless
+//! (`heartbeat.rs`).
 
 use super::MS;
 

@@ -8,7 +8,7 @@
 //! first use: no lock between the handler, the write-back and the fetch
 //! threads, and no ring at all in threads that never batch. Where the kernel
 //! refuses io_uring (disabled by sysctl, filtered by seccomp, too old) the
-//! calls run one after another, as before; the caller cannot tell but by time.
+//! calls run one after another; the caller cannot tell but by time.
 //!
 //! A lone call (a fault's one-page read) goes straight to `preadv`: the
 //! ring has nothing to overlap it with, and spinning on the ring for its
