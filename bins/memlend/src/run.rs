@@ -108,7 +108,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     }
     let local = match (a.local, a.mem) {
         (Some(b), _) | (None, Some(b)) => b,
-        (None, None) => memlend_node::meminfo::Memory::read()?.available_bytes / 2,
+        (None, None) => memlend_host::meminfo::Memory::read()?.available_bytes / 2,
     };
     let floor_bytes = (memlend_fault::BUDGET_FLOOR_PAGES * memlend_store::PAGE_SIZE) as u64;
     if a.mem.is_none() && local < floor_bytes {

@@ -8,7 +8,7 @@
 mod labkit;
 
 use labkit::{cgroup_file, cgroups_dir, memlend, ok, text, Lab, MEMLEND};
-use memlend_node::cgroup::File;
+use memlend_host::cgroup::File;
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,8 @@
 use crate::args::{Args, ExportArg};
 use crate::nbd_unix::{self, SocketFile};
 use anyhow::{bail, Context, Result};
-use memlend_node::{keyfile, meminfo, size::human};
+use memlend_host::meminfo;
+use memlend_node::{keyfile, size::human};
 use memlend_server::lifecycle::Shutdown;
 use memlend_server::nbd;
 use memlend_server::page::{PageServer, PageServerConfig, Registry, SlabFactory};
@@ -27,7 +28,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let key = load_key(&args)?;
     if args.swap_safe {
-        memlend_node::process::make_swap_safe()?;
+        memlend_host::process::make_swap_safe()?;
         tracing::info!("swap-safe: all memory locked, PR_SET_IO_FLUSHER set");
     }
     let ram = RamOptions { prealloc: args.prealloc, mlock: args.mlock };

@@ -3,7 +3,7 @@
 //! early signal. Parsers are pure functions over text; reading the files is
 //! a thin shell, and its errors name the file.
 
-pub use memlend_node::meminfo::{cgroup_dirs, parse_meminfo};
+pub use memlend_host::meminfo::{cgroup_dirs, parse_meminfo};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 

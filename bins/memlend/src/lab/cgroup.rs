@@ -1,10 +1,10 @@
 //! Per-node memory cgroups under memlend-lab/, in this host's hierarchy
 //! (cgroup v1's memory controller, or v2's unified hierarchy:
-//! `memlend_node::cgroup`).
+//! `memlend_host::cgroup`).
 
 use super::names;
 use anyhow::{Context, Result};
-use memlend_node::cgroup::{File, Hierarchy};
+use memlend_host::cgroup::{File, Hierarchy};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 

@@ -3,7 +3,7 @@
 use super::state::{self, NodeState};
 use super::{cgroup, names, net, procs};
 use anyhow::Result;
-use memlend_node::cgroup::File;
+use memlend_host::cgroup::File;
 use memlend_node::size::human;
 
 pub fn run(prefix: &str) -> Result<()> {

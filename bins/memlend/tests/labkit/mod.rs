@@ -3,7 +3,7 @@
 //! bringing a lab up and down, and running `memlend`.
 #![allow(dead_code)]
 
-use memlend_node::cgroup::{File, Hierarchy};
+use memlend_host::cgroup::{File, Hierarchy};
 use std::process::{Command, Output};
 
 pub const MEMLEND: &str = env!("CARGO_BIN_EXE_memlend");

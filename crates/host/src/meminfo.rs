@@ -89,7 +89,7 @@ fn read_u64(path: &Path) -> Option<u64> {
 pub fn check_lend(lend_bytes: u64, mem: &Memory) -> Result<()> {
     let can = mem.lendable_bytes();
     if lend_bytes > can {
-        let h = crate::size::human;
+        let h = memlend_node::size::human;
         let cgroup =
             mem.cgroup_room_bytes.map_or(String::new(), |r| format!(", cgroup room {}", h(r)));
         bail!(
@@ -113,8 +113,8 @@ pub fn check_mlock(lend_bytes: u64) -> Result<()> {
     if rl.rlim_cur != libc::RLIM_INFINITY && lend_bytes > rl.rlim_cur {
         bail!(
             "--mlock needs {} locked, but RLIMIT_MEMLOCK is {} (ulimit -l, or run as root)",
-            crate::size::human(lend_bytes),
-            crate::size::human(rl.rlim_cur)
+            memlend_node::size::human(lend_bytes),
+            memlend_node::size::human(rl.rlim_cur)
         );
     }
     Ok(())
