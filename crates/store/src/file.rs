@@ -185,7 +185,7 @@ impl FileStore {
                 calls.push((offset_bytes, bufs));
             }
             let _shared = self.stripes.read(&locks);
-            io::read_each_at(self.file.as_fd(), &mut calls)?;
+            ring::read_each_at(self.file.as_fd(), &mut calls)?;
         }
         let mut filled = bounce.bytes();
         for (_, buf) in groups.iter_mut().flat_map(|g| g.iter_mut()) {
@@ -228,7 +228,7 @@ impl FileStore {
             calls.push((page << PAGE_SHIFT, bufs));
         }
         let _owned = self.stripes.write(&locks);
-        io::write_each_at(self.file.as_fd(), &calls)?;
+        ring::write_each_at(self.file.as_fd(), &calls)?;
         Ok(())
     }
 

@@ -79,6 +79,43 @@ pub(super) unsafe fn transfer_all(
     Ok(())
 }
 
+/// Read each `(offset, bufs)` of `calls`, at once where io_uring allows.
+pub(super) fn read_each_at(
+    fd: BorrowedFd<'_>,
+    calls: &mut [(u64, Vec<&mut [u8]>)],
+) -> io::Result<()> {
+    let mut ring_calls: Vec<Call> = calls
+        .iter_mut()
+        .map(|(offset, bufs)| Call {
+            offset: *offset,
+            iovs: bufs
+                .iter_mut()
+                .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
+                .collect(),
+        })
+        .collect();
+    // SAFETY: every iovec was made just above from a `&mut [u8]` in `calls`,
+    // which we borrow mutably for this whole call.
+    unsafe { transfer_all(fd, Dir::Read, &mut ring_calls) }
+}
+
+/// Write each `(offset, bufs)` of `calls`, at once where io_uring allows.
+pub(super) fn write_each_at(fd: BorrowedFd<'_>, calls: &[(u64, Vec<&[u8]>)]) -> io::Result<()> {
+    let mut ring_calls: Vec<Call> = calls
+        .iter()
+        .map(|(offset, bufs)| Call {
+            offset: *offset,
+            iovs: bufs
+                .iter()
+                .map(|b| libc::iovec { iov_base: b.as_ptr().cast_mut().cast(), iov_len: b.len() })
+                .collect(),
+        })
+        .collect();
+    // SAFETY: every iovec was made just above from a `&[u8]` in `calls`,
+    // borrowed for this whole call; writes only read through them.
+    unsafe { transfer_all(fd, Dir::Write, &mut ring_calls) }
+}
+
 /// This thread's ring, made on first use; None where the kernel has none.
 fn ring_of(slot: &mut Slot) -> Option<&mut IoUring> {
     if let Slot::Untried = slot {
