@@ -28,7 +28,7 @@ pub fn daemon_args(node: &str, addr: &str, broadcast: &str, dir: &Path) -> Vec<S
         "--timeline",
         &at(&format!("{node}.timeline")),
         "--memory",
-        &super::names::cgroup_dir(node).display().to_string(),
+        &super::cgroup::dir(node).display().to_string(),
     ]
     .iter()
     .map(|s| s.to_string())

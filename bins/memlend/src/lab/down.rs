@@ -56,7 +56,7 @@ fn remove_link(link: &str) -> Result<()> {
 }
 
 fn remove_cgroup(cg: &str) -> Result<()> {
-    unless_gone(cgroup::remove(cg), || names::cgroup_dir(cg).exists())
+    unless_gone(cgroup::remove(cg), || super::cgroup::dir(cg).exists())
 }
 
 fn remove_state(dir: &Path) -> Result<()> {

@@ -52,10 +52,6 @@ pub fn veth_peer(prefix: &str, i: usize) -> String {
     format!("{prefix}-p{i}")
 }
 
-pub fn cgroup_dir(node: &str) -> PathBuf {
-    super::cgroup::dir(node)
-}
-
 /// Whether `name` is `<prefix><tag><digits>`, e.g. `ml-n3` for tag "-n".
 pub fn is_indexed(name: &str, prefix: &str, tag: &str) -> bool {
     match name.strip_prefix(prefix).and_then(|r| r.strip_prefix(tag)) {

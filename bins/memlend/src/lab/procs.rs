@@ -1,7 +1,7 @@
 //! Processes in a node: started inside its network namespace and memory
 //! cgroup, and stopped by pid with a bounded wait.
 
-use super::names;
+use super::cgroup;
 use anyhow::{Context, Result};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -21,7 +21,7 @@ pub fn in_node(cmd: &mut Command, node: &str) -> Result<()> {
     let ns_path = format!("/run/netns/{node}");
     let ns =
         File::open(&ns_path).with_context(|| format!("no namespace {ns_path}: is the lab up?"))?;
-    let procs_path = names::cgroup_dir(node).join("cgroup.procs");
+    let procs_path = cgroup::dir(node).join("cgroup.procs");
     let procs = OpenOptions::new()
         .write(true)
         .open(&procs_path)

@@ -24,7 +24,7 @@ pub fn write(prefix: &str, subnet: &str, mem: u64, nodes: &[NodeState]) -> Resul
                 "name": n.name,
                 "netns": n.name,
                 "address": n.address,
-                "cgroup": names::cgroup_dir(&n.name),
+                "cgroup": super::cgroup::dir(&n.name),
                 "pid": n.pid,
             })
         })
