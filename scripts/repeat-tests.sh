@@ -10,6 +10,9 @@
 set -u
 cd "$(dirname "$0")/.."
 passes=${1:-20}
+# The tests run the daemon and the preload library, which `cargo test -p
+# memlend` does not build.
+cargo build --release -q --workspace || exit 1
 cargo test --release -q -p memlend --test lab --test chaos --test cluster --no-run || exit 1
 for i in $(seq 1 "$passes"); do
   for t in lab chaos cluster; do

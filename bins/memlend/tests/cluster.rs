@@ -647,6 +647,7 @@ fn forged_replayed_and_malformed_datagrams_are_dropped_and_counted() {
         available_bytes: 0,
         data_addr: "127.0.0.1:1".parse().unwrap(),
         leases: vec![],
+        domain: String::new(),
     };
     let datagram = |key: &CtrlKey, cluster: u64, sender: u64, counter: u64, name: &str| {
         let env = Envelope {

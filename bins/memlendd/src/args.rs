@@ -179,6 +179,12 @@ pub struct ClusterArgs {
     #[arg(long, default_value = "0.40,0.50,0.75,0.85", value_name = "F,F,F,F")]
     pub thresholds: String,
 
+    /// This node's failure domain (a rack, a zone, any label up to 32
+    /// bytes): the two copies of a mirrored lease go to donors in different
+    /// domains when the cluster has them.
+    #[arg(long, value_name = "LABEL", value_parser = parse_domain)]
+    pub domain: Option<String>,
+
     /// How to choose among donors: first, round-robin, nearest, most-free.
     #[arg(long, default_value = "first", value_name = "POLICY")]
     pub selector: String,
@@ -217,6 +223,17 @@ fn parse_export(text: &str) -> Result<ExportArg, String> {
     Ok(ExportArg { name: name.to_string(), pages, read_only })
 }
 
+fn parse_domain(s: &str) -> Result<String, String> {
+    let max = memlend_wire::ctrl::DOMAIN_BYTES_MAX;
+    if s.is_empty() || s.len() > max {
+        return Err(format!("a domain is 1 to {max} bytes, not {}", s.len()));
+    }
+    if s.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("a domain has no spaces or control characters".into());
+    }
+    Ok(s.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,5 +247,13 @@ mod tests {
         assert!(parse_export("a=1M,rw").unwrap_err().contains("`rw`"));
         assert!(parse_export("a").is_err());
         assert!(parse_export("a=,ro").is_err());
+    }
+
+    #[test]
+    fn domains_are_short_printable_labels() {
+        assert_eq!(parse_domain("rack-7").unwrap(), "rack-7");
+        assert!(parse_domain("").is_err());
+        assert!(parse_domain(&"r".repeat(33)).unwrap_err().contains("33"));
+        assert!(parse_domain("rack 7").is_err());
     }
 }

@@ -21,8 +21,14 @@ pub const CLIENTS_MAX: usize = 256;
 #[serde(rename_all = "snake_case")]
 pub enum Ask {
     /// Memory for this process: answered by `Lease` lines (maybe several)
-    /// and/or one `Unmet`.
-    Want { bytes: u64 },
+    /// and/or one `Unmet`. Never from the `avoid` nodes (at most
+    /// `AVOID_NODES_MAX`), and outside their failure domains when another
+    /// donor can lend: they hold the other copy of the pages.
+    Want {
+        bytes: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        avoid: Vec<NodeId>,
+    },
     /// The process is done with a lease (pages moved away or freed).
     Release { donor: NodeId, lease: LeaseId },
     /// Pages per second the process sees on a lease (reclaim picks the least
@@ -41,6 +47,9 @@ pub enum Ask {
 pub struct LeaseGrant {
     pub donor: NodeId,
     pub donor_name: String,
+    /// The donor's failure domain; empty when it names none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub donor_domain: String,
     pub lease: LeaseId,
     pub bytes: u64,
     pub data_addr: SocketAddr,

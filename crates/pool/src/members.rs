@@ -20,6 +20,8 @@ pub const PEERS_MAX: usize = 1024;
 pub struct Peer {
     pub node: NodeId,
     pub name: String,
+    /// Its failure domain, empty when it names none.
+    pub domain: String,
     pub incarnation: u64,
     /// Where its control datagrams come from (and where we answer).
     pub ctrl_addr: SocketAddr,
@@ -88,7 +90,8 @@ impl Members {
     /// Record a heartbeat's contents (after `touch`).
     pub fn update(&mut self, node: NodeId, hb: &Heartbeat) {
         if let Some(p) = self.peers.get_mut(&node) {
-            p.name = hb.name.clone();
+            p.name.clone_from(&hb.name);
+            p.domain.clone_from(&hb.domain);
             p.class = hb.class;
             p.total_bytes = hb.total_bytes;
             p.used_bytes = hb.used_bytes;
@@ -144,6 +147,7 @@ impl Peer {
         Peer {
             node,
             name: String::new(),
+            domain: String::new(),
             incarnation,
             ctrl_addr: from,
             data_addr: SocketAddr::from(([0, 0, 0, 0], 0)),

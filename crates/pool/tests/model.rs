@@ -92,6 +92,7 @@ impl World {
                 available_bytes: 1 << 30,
                 data_addr: addr(1),
                 leases: Vec::new(),
+                domain: String::new(),
             };
             w.nodes[CLIENT].on_message(w.now_us, addr(1), 101, 1, Body::Heartbeat(hb));
             let o = memlend_wire::ctrl::Offer {

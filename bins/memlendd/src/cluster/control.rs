@@ -9,7 +9,7 @@ use super::timeline::Timeline;
 use super::transport::Transport;
 use super::wake::{poll_readable, WakeRx};
 use memlend_pool::api::{self, Ask, LeaseGrant, Tell};
-use memlend_pool::engine::{Dest, Engine, Event, Output, MS, WANT_BYTES_MAX};
+use memlend_pool::engine::{Dest, Engine, Event, Output, AVOID_NODES_MAX, MS, WANT_BYTES_MAX};
 use memlend_server::lifecycle::Shutdown;
 use memlend_server::page::PageServer;
 use std::collections::HashMap;
@@ -112,12 +112,17 @@ impl Control {
 
     fn ask(&mut self, now: u64, owner: u64, ask: Ask) {
         match ask {
-            Ask::Want { bytes } if bytes > WANT_BYTES_MAX => {
+            Ask::Want { bytes, .. } if bytes > WANT_BYTES_MAX => {
                 let message =
                     format!("want of {bytes} bytes is over the limit of {WANT_BYTES_MAX}");
                 self.tell(owner, &Tell::Error { message });
             }
-            Ask::Want { bytes } => self.engine.want(now, owner, bytes),
+            Ask::Want { avoid, .. } if avoid.len() > AVOID_NODES_MAX => {
+                let n = avoid.len();
+                let message = format!("a want avoids {n} nodes; the limit is {AVOID_NODES_MAX}");
+                self.tell(owner, &Tell::Error { message });
+            }
+            Ask::Want { bytes, avoid } => self.engine.want_avoiding(now, owner, bytes, &avoid),
             Ask::Release { donor, lease } => {
                 if !self.engine.release_owned(now, owner, donor, lease) {
                     let message = format!("lease {lease} of node {donor:016x} is not yours");
@@ -176,15 +181,13 @@ impl Control {
                 tracing::info!(lease, pages_freed = pages, why, "lease ended");
             }
             Event::LeaseReady { owner, lease } => {
-                let donor_name = self
-                    .engine
-                    .members()
-                    .get(lease.donor)
-                    .map(|p| p.name.clone())
-                    .unwrap_or_default();
+                let peer = self.engine.members().get(lease.donor);
+                let donor_name = peer.map(|p| p.name.clone()).unwrap_or_default();
+                let donor_domain = peer.map(|p| p.domain.clone()).unwrap_or_default();
                 let g = LeaseGrant {
                     donor: lease.donor,
                     donor_name,
+                    donor_domain,
                     lease: lease.lease,
                     bytes: lease.bytes,
                     data_addr: lease.data_addr,

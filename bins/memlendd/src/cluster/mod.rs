@@ -52,6 +52,7 @@ pub fn start(
     cfg.broadcast = args.broadcast.is_some();
     cfg.seeds = args.seeds.clone();
     cfg.reclaim_deadline_ms = args.reclaim_deadline_ms;
+    cfg.domain = args.domain.clone().unwrap_or_default();
     if !cfg.broadcast && cfg.seeds.is_empty() {
         tracing::warn!("no --broadcast and no --seed: this node will only hear peers that find it");
     }
@@ -75,7 +76,7 @@ pub fn start(
         ),
         None => None,
     };
-    tracing::info!(%name, node, control = %args.control, broadcast = ?args.broadcast, seeds = ?args.seeds, api = %args.api.display(), "joining the cluster");
+    tracing::info!(%name, node, domain = %cfg.domain, control = %args.control, broadcast = ?args.broadcast, seeds = ?args.seeds, api = %args.api.display(), "joining the cluster");
     let control = control::Control {
         engine: Engine::new(cfg, selector),
         transport,

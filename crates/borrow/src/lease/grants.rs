@@ -30,7 +30,7 @@ impl Ear {
         again: bool,
     ) -> Vec<LeaseGrant> {
         let mut got = Vec::new();
-        if self.client.ask(&Ask::Want { bytes }).is_err() {
+        if self.client.ask(&Ask::Want { bytes, avoid: Vec::new() }).is_err() {
             return got;
         }
         let until = Instant::now() + wait;
@@ -48,7 +48,7 @@ impl Ear {
                     }
                     std::thread::sleep(pause);
                     pause *= 2;
-                    if self.client.ask(&Ask::Want { bytes: unmet }).is_err() {
+                    if self.client.ask(&Ask::Want { bytes: unmet, avoid: Vec::new() }).is_err() {
                         break;
                     }
                 }

@@ -30,6 +30,7 @@ fn a_late_grant_is_given_back() {
     let grant = LeaseGrant {
         donor: 7,
         donor_name: "d".into(),
+        donor_domain: String::new(),
         lease: 42,
         bytes: 1 << 20,
         data_addr: "127.0.0.1:1".parse().unwrap(),

@@ -106,7 +106,7 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
 /// for again after a pause that doubles up to `WANT_RETRY_MAX`. Other lines
 /// are returned to nobody: this runs before the reclaim thread exists.
 pub fn want(client: &mut Client, bytes: u64, timeout: Duration) -> Result<Vec<LeaseGrant>> {
-    client.ask(&Ask::Want { bytes })?;
+    client.ask(&Ask::Want { bytes, avoid: Vec::new() })?;
     let start = Instant::now();
     let mut grants = Vec::new();
     let mut got = 0;
@@ -128,7 +128,7 @@ pub fn want(client: &mut Client, bytes: u64, timeout: Duration) -> Result<Vec<Le
                 }
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(WANT_RETRY_MAX);
-                client.ask(&Ask::Want { bytes: unmet })?;
+                client.ask(&Ask::Want { bytes: unmet, avoid: Vec::new() })?;
             }
             Some(Tell::Error { message }) => bail!("memlendd: {message}"),
             Some(_) => {}

@@ -19,7 +19,16 @@ impl Engine {
     /// `LeaseReady` events (maybe several, if donors grant in parts) or
     /// `DemandUnmet`.
     pub fn want(&mut self, now_us: u64, owner: u64, bytes: u64) {
+        self.want_avoiding(now_us, owner, bytes, &[]);
+    }
+
+    /// As [`want`](Engine::want), from donors other than `avoid` (at most
+    /// [`AVOID_NODES_MAX`](super::AVOID_NODES_MAX)) and, where the cluster
+    /// allows, outside their failure domains (`avoid.rs`): the other copy
+    /// of a mirror's pages lives there.
+    pub fn want_avoiding(&mut self, now_us: u64, owner: u64, bytes: u64, avoid: &[NodeId]) {
         self.advance(now_us);
+        assert!(avoid.len() <= super::AVOID_NODES_MAX, "callers check AVOID_NODES_MAX");
         let unit = self.cfg.grant_unit_bytes.max(1);
         assert!(bytes <= WANT_BYTES_MAX, "callers check WANT_BYTES_MAX");
         let bytes = bytes.div_ceil(unit) * unit;
@@ -35,10 +44,10 @@ impl Engine {
             self.push(Output::Event(Event::DemandUnmet { owner, bytes }));
             return;
         }
-        self.new_demand(owner, bytes, self.now_us);
+        self.new_demand(owner, bytes, self.now_us, avoid.to_vec());
     }
 
-    fn new_demand(&mut self, owner: u64, bytes: u64, first_sent_us: u64) {
+    fn new_demand(&mut self, owner: u64, bytes: u64, first_sent_us: u64, avoid: Vec<NodeId>) {
         let request_id = self.next_request_id;
         self.next_request_id += 1;
         let d = Demand {
@@ -52,6 +61,7 @@ impl Engine {
             next_send_us: self.now_us,
             decide_us: None,
             grants: Vec::new(),
+            avoid,
         };
         self.demands.insert(request_id, d);
         self.send_request(request_id);
@@ -63,10 +73,10 @@ impl Engine {
     fn send_request(&mut self, request_id: u64) {
         let Some(d) = self.demands.get(&request_id) else { return };
         let r = Request { request_id, bytes: d.bytes, bytes_min: d.bytes_min };
-        let (bytes_min, attempts) = (d.bytes_min, d.attempts);
-        let dests = match self.pick_offer(bytes_min) {
+        let (bytes_min, attempts, avoid) = (d.bytes_min, d.attempts, d.avoid.clone());
+        let dests = match self.pick_offer(bytes_min, &avoid) {
             Some(to) if self.servers_broadcast() => vec![Dest::To(to)],
-            _ => self.request_dests(request_id, bytes_min, attempts),
+            _ => self.request_dests(request_id, bytes_min, attempts, &avoid),
         };
         let d = self.demands.get_mut(&request_id).expect("checked above");
         d.sent_us = self.now_us;
@@ -89,7 +99,16 @@ impl Engine {
     /// borrowers asking at once spread over the servers instead of all
     /// asking the same three (the lowest ids), which left 8.9 GiB unmet at
     /// the end of a 300-node run.
-    fn request_dests(&mut self, request_id: u64, bytes_min: u64, attempts: u32) -> Vec<Dest> {
+    /// A demand that avoids nodes asks only servers it may take (a
+    /// broadcast would draw grants from the avoided ones too; they are
+    /// released when chosen among).
+    fn request_dests(
+        &mut self,
+        request_id: u64,
+        bytes_min: u64,
+        attempts: u32,
+        avoid: &[NodeId],
+    ) -> Vec<Dest> {
         use memlend_wire::ctrl::NodeClass;
         let fanout = self.cfg.request_fanout.checked_shl(attempts.min(16)).unwrap_or(usize::MAX);
         let mut cands: Vec<(Candidate, SocketAddr)> = self
@@ -109,6 +128,13 @@ impl Engine {
                 (c, p.ctrl_addr)
             })
             .collect();
+        if !avoid.is_empty() {
+            let nodes: Vec<NodeId> = cands.iter().map(|(c, _)| c.node).collect();
+            let usable = self.usable(avoid, &nodes);
+            if !usable.is_empty() {
+                cands = usable.into_iter().map(|i| cands[i]).collect();
+            }
+        }
         if cands.is_empty() || fanout >= cands.len() {
             return self.heartbeat_dests();
         }
@@ -122,13 +148,17 @@ impl Engine {
         dests
     }
 
-    fn pick_offer(&mut self, bytes_min: u64) -> Option<SocketAddr> {
+    fn pick_offer(&mut self, bytes_min: u64, avoid: &[NodeId]) -> Option<SocketAddr> {
         let now = self.now_us;
-        let fresh: Vec<&OfferHeard> = self
+        let mut fresh: Vec<&OfferHeard> = self
             .offers
             .values()
             .filter(|o| o.valid_until_us > now && o.available_bytes >= bytes_min)
             .collect();
+        if !avoid.is_empty() {
+            let nodes: Vec<NodeId> = fresh.iter().map(|o| o.donor).collect();
+            fresh = self.usable(avoid, &nodes).into_iter().map(|i| fresh[i]).collect();
+        }
         let cands: Vec<Candidate> = fresh
             .iter()
             .map(|o| Candidate {
@@ -168,6 +198,11 @@ impl Engine {
         if d.grants.iter().any(|h| h.donor == donor) {
             return; // a duplicate
         }
+        if d.avoid.contains(&donor) {
+            // It holds the other copy: a broadcast request reached it too.
+            self.release_to(from, g.lease_id);
+            return;
+        }
         let rtt_us = self.now_us.saturating_sub(d.sent_us).min(u64::from(u32::MAX)) as u32;
         self.rtt_us.insert(donor, rtt_us);
         self.arrivals += 1;
@@ -188,6 +223,25 @@ impl Engine {
     /// Choose one grant for the demand: ACK it, release the others.
     fn decide(&mut self, request_id: u64) {
         let Some(mut d) = self.demands.remove(&request_id) else { return };
+        // Grants outside the avoided domains when there are any (`avoid.rs`).
+        let nodes: Vec<NodeId> = d.grants.iter().map(|h| h.donor).collect();
+        let usable = self.usable(&d.avoid, &nodes);
+        let mut set_aside = Vec::new();
+        for i in (0..d.grants.len()).rev() {
+            if !usable.contains(&i) {
+                set_aside.push(d.grants.swap_remove(i));
+            }
+        }
+        for h in set_aside {
+            self.release_to(h.donor_ctrl, h.grant.lease_id);
+        }
+        if d.grants.is_empty() {
+            // Its grants' donors died while it waited (`lose_borrowed_from`):
+            // back to asking, on the retry timer it had.
+            d.decide_us = None;
+            self.demands.insert(request_id, d);
+            return;
+        }
         let cands: Vec<Candidate> = d
             .grants
             .iter()
@@ -212,7 +266,8 @@ impl Engine {
         let bytes = h.grant.bytes.min(d.bytes);
         self.bind(&d, h);
         if bytes < d.bytes {
-            self.new_demand(d.owner, d.bytes - bytes, d.first_sent_us);
+            let avoid = d.avoid.clone();
+            self.new_demand(d.owner, d.bytes - bytes, d.first_sent_us, avoid);
         }
     }
 
@@ -231,6 +286,7 @@ impl Engine {
             attempts: 0,
             next_send_us: self.now_us,
             pages_per_s: 0,
+            avoid: d.avoid.clone(),
         };
         self.borrowed.insert((h.donor, h.grant.lease_id), b);
         self.send_ack(h.donor, h.grant.lease_id);
@@ -288,7 +344,7 @@ impl Engine {
                 let Some(b) = self.borrowed.remove(&(sender, r.lease_id)) else { return };
                 if b.state == BorrowedState::Binding {
                     // Never bound: not lost, just ask again.
-                    self.new_demand(b.owner, b.bytes, b.requested_us);
+                    self.new_demand(b.owner, b.bytes, b.requested_us, b.avoid);
                     return;
                 }
                 self.metrics.leases_lost += 1;
@@ -357,12 +413,16 @@ impl Engine {
         }
     }
 
-    /// A live server whose last heartbeat offered at least `bytes`.
-    fn some_server_has(&self, bytes: u64) -> bool {
+    /// A live server, not avoided, whose last heartbeat offered at least
+    /// `bytes`.
+    fn some_server_has(&self, bytes: u64, avoid: &[NodeId]) -> bool {
         use memlend_wire::ctrl::NodeClass;
-        self.members
-            .iter()
-            .any(|p| p.class == NodeClass::Server && !p.suspect && p.available_bytes >= bytes)
+        self.members.iter().any(|p| {
+            p.class == NodeClass::Server
+                && !p.suspect
+                && p.available_bytes >= bytes
+                && !avoid.contains(&p.node)
+        })
     }
 
     /// Bytes wanted and not yet granted: the classifier's "unmet demand".
@@ -385,7 +445,7 @@ impl Engine {
         for lease in gone {
             let b = self.borrowed.remove(&(donor, lease)).expect("listed above");
             if b.state == BorrowedState::Binding {
-                self.new_demand(b.owner, b.bytes, b.requested_us);
+                self.new_demand(b.owner, b.bytes, b.requested_us, b.avoid);
                 continue;
             }
             self.metrics.leases_lost += 1;
@@ -403,7 +463,7 @@ impl Engine {
             } else if d.decide_us.is_none() && now >= d.next_send_us {
                 // Retransmit while some server says it has room (the first
                 // request went anyway, in case a heartbeat was stale).
-                let hopeless = !self.some_server_has(d.bytes_min);
+                let hopeless = !self.some_server_has(d.bytes_min, &d.avoid);
                 if d.attempts >= self.cfg.retry_attempts || hopeless {
                     let d = self.demands.remove(&id).expect("listed above");
                     self.metrics.demands_unmet += 1;

@@ -11,6 +11,9 @@ pub const MS: u64 = 1_000;
 pub struct Config {
     pub node: NodeId,
     pub name: String,
+    /// The failure domain this node sits in (a rack, a zone), told to peers
+    /// in heartbeats; empty for none.
+    pub domain: String,
     /// Where this node serves the page protocol (named in grants).
     pub data_addr: SocketAddr,
     /// Broadcast reaches the peers (a LAN); else `seeds` and peers heard.
@@ -70,6 +73,7 @@ impl Config {
         Config {
             node,
             name: name.to_string(),
+            domain: String::new(),
             data_addr,
             broadcast: true,
             seeds: Vec::new(),

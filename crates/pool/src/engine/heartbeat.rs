@@ -128,6 +128,7 @@ impl Engine {
             available_bytes: self.available_bytes(),
             data_addr: self.cfg.data_addr,
             leases,
+            domain: self.cfg.domain.clone(),
         }
     }
 

@@ -13,6 +13,7 @@
 //! else on a refresh that slows as the cluster grows), so what a node
 //! receives does not grow with N.
 
+mod avoid;
 mod borrower;
 mod config;
 mod donor;
@@ -22,6 +23,7 @@ mod output;
 mod summary;
 mod types;
 
+pub use avoid::AVOID_NODES_MAX;
 pub use borrower::WANT_BYTES_MAX;
 pub use config::{Config, MS};
 pub use metrics::{kind, Metrics, KINDS};

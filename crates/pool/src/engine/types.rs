@@ -77,6 +77,9 @@ pub struct Borrowed {
     pub attempts: u32,
     pub next_send_us: u64,
     pub pages_per_s: u32,
+    /// The demand's nodes to avoid, kept while binding: a donor that never
+    /// confirms is asked for again under the same terms.
+    pub avoid: Vec<NodeId>,
 }
 
 impl Borrowed {
@@ -110,6 +113,8 @@ pub struct Demand {
     /// Set when the first grant arrives: choose at this time.
     pub decide_us: Option<u64>,
     pub grants: Vec<GrantHeard>,
+    /// Nodes not to lease from (`avoid.rs`), at most `AVOID_NODES_MAX`.
+    pub avoid: Vec<NodeId>,
 }
 
 /// An offer heard from a server, valid until its next one is overdue.

@@ -103,8 +103,12 @@ impl Net {
     }
 
     pub fn want(&mut self, i: usize, owner: u64, bytes: u64) {
+        self.want_avoiding(i, owner, bytes, &[]);
+    }
+
+    pub fn want_avoiding(&mut self, i: usize, owner: u64, bytes: u64, avoid: &[u64]) {
         let now = self.now_us;
-        self.nodes[i].engine.want(now, owner, bytes);
+        self.nodes[i].engine.want_avoiding(now, owner, bytes, avoid);
         self.drain(i);
     }
 

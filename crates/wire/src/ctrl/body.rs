@@ -126,6 +126,14 @@ pub(super) fn type_of(b: &Body) -> u8 {
     }
 }
 
+/// The header flags a body needs.
+pub(super) fn flags_of(b: &Body) -> u16 {
+    match b {
+        Body::Heartbeat(h) if !h.domain.is_empty() => FLAG_DOMAIN,
+        _ => 0,
+    }
+}
+
 pub(super) fn put(w: &mut W, b: &Body) -> Result<(), CtrlError> {
     match b {
         Body::Offer(o) => {
@@ -165,13 +173,6 @@ pub(super) fn put(w: &mut W, b: &Body) -> Result<(), CtrlError> {
 }
 
 fn put_heartbeat(w: &mut W, h: &Heartbeat) -> Result<(), CtrlError> {
-    if h.name.len() > NAME_BYTES_MAX {
-        return Err(CtrlError::Limit {
-            what: "name bytes",
-            got: h.name.len(),
-            limit: NAME_BYTES_MAX,
-        });
-    }
     if h.leases.len() > HEARTBEAT_LEASES_MAX {
         return Err(CtrlError::Limit {
             what: "heartbeat leases",
@@ -179,8 +180,7 @@ fn put_heartbeat(w: &mut W, h: &Heartbeat) -> Result<(), CtrlError> {
             limit: HEARTBEAT_LEASES_MAX,
         });
     }
-    w.u8(h.name.len() as u8)?;
-    w.bytes(h.name.as_bytes())?;
+    put_label(w, &h.name, "name bytes", NAME_BYTES_MAX)?;
     w.u8(h.class as u8)?;
     for v in [h.total_bytes, h.used_bytes, h.lent_bytes, h.borrowed_bytes, h.available_bytes] {
         w.u64(v)?;
@@ -192,10 +192,35 @@ fn put_heartbeat(w: &mut W, h: &Heartbeat) -> Result<(), CtrlError> {
         w.u64(l.lease_id)?;
         w.u32(l.pages_per_s)?;
     }
+    if !h.domain.is_empty() {
+        put_label(w, &h.domain, "domain bytes", DOMAIN_BYTES_MAX)?;
+    }
     Ok(())
 }
 
-pub(super) fn get(r: &mut R, kind: u8) -> Result<Body, CtrlError> {
+fn put_label(w: &mut W, s: &str, what: &'static str, limit: usize) -> Result<(), CtrlError> {
+    if s.len() > limit {
+        return Err(CtrlError::Limit { what, got: s.len(), limit });
+    }
+    w.u8(s.len() as u8)?;
+    w.bytes(s.as_bytes())
+}
+
+fn get_label(r: &mut R, what: &'static str, limit: usize) -> Result<String, CtrlError> {
+    let n = r.u8(what)? as usize;
+    if n > limit {
+        return Err(CtrlError::Limit { what, got: n, limit });
+    }
+    let s = std::str::from_utf8(r.bytes(n, what)?).map_err(|_| CtrlError::BadField(what))?;
+    Ok(s.to_string())
+}
+
+/// Decode a body of type `kind` sent with header `flags`.
+pub(super) fn get(r: &mut R, kind: u8, flags: u16) -> Result<Body, CtrlError> {
+    let known = if kind == 7 { FLAG_DOMAIN } else { 0 };
+    if flags & !known != 0 {
+        return Err(CtrlError::BadFlags(flags.into()));
+    }
     Ok(match kind {
         1 => Body::Offer(Offer {
             available_bytes: r.u64("available_bytes")?,
@@ -229,19 +254,13 @@ pub(super) fn get(r: &mut R, kind: u8) -> Result<Body, CtrlError> {
             lease_id: r.u64("lease_id")?,
             reason: reason_from(r.u8("reason")?)?,
         }),
-        7 => Body::Heartbeat(get_heartbeat(r)?),
+        7 => Body::Heartbeat(get_heartbeat(r, flags & FLAG_DOMAIN != 0)?),
         other => return Err(CtrlError::UnknownType(other)),
     })
 }
 
-fn get_heartbeat(r: &mut R) -> Result<Heartbeat, CtrlError> {
-    let n = r.u8("name")? as usize;
-    if n > NAME_BYTES_MAX {
-        return Err(CtrlError::Limit { what: "name bytes", got: n, limit: NAME_BYTES_MAX });
-    }
-    let name = std::str::from_utf8(r.bytes(n, "name")?)
-        .map_err(|_| CtrlError::BadField("name"))?
-        .to_string();
+fn get_heartbeat(r: &mut R, has_domain: bool) -> Result<Heartbeat, CtrlError> {
+    let name = get_label(r, "name bytes", NAME_BYTES_MAX)?;
     let class = class_from(r.u8("class")?)?;
     let (total_bytes, used_bytes) = (r.u64("total_bytes")?, r.u64("used_bytes")?);
     let (lent_bytes, borrowed_bytes) = (r.u64("lent_bytes")?, r.u64("borrowed_bytes")?);
@@ -263,7 +282,17 @@ fn get_heartbeat(r: &mut R) -> Result<Heartbeat, CtrlError> {
             pages_per_s: r.u32("pages_per_s")?,
         });
     }
+    let domain = if has_domain {
+        let d = get_label(r, "domain bytes", DOMAIN_BYTES_MAX)?;
+        if d.is_empty() {
+            return Err(CtrlError::BadField("domain"));
+        }
+        d
+    } else {
+        String::new()
+    };
     Ok(Heartbeat {
+        domain,
         name,
         class,
         total_bytes,

@@ -1,7 +1,7 @@
 //! One datagram: a 44-byte header, the body, a 16-byte MAC.
 //!
 //! ```text
-//!  0 magic "MLCT"   4 version u8   5 type u8   6 flags u16 (0)
+//!  0 magic "MLCT"   4 version u8   5 type u8   6 flags u16 (FLAG_DOMAIN or 0)
 //!  8 cluster_id u64   16 sender u64   24 incarnation u64   32 counter u64
 //! 40 body_len u16   42 reserved u16 (0)   44 body   44+body_len mac[16]
 //! ```
@@ -9,7 +9,7 @@
 //! parsed: an unauthenticated datagram never reaches the body parser.
 
 use super::auth::{CtrlKey, CTRL_MAC_BYTES};
-use super::body::{get, put, type_of, R, W};
+use super::body::{flags_of, get, put, type_of, R, W};
 use super::msg::{Envelope, CTRL_VERSION, DATAGRAM_BYTES_MAX};
 use super::CtrlError;
 
@@ -30,7 +30,7 @@ pub fn encode(env: &Envelope, key: &CtrlKey, out: &mut [u8]) -> Result<usize, Ct
     w.bytes(&CTRL_MAGIC)?;
     w.u8(CTRL_VERSION)?;
     w.u8(type_of(&env.body))?;
-    w.bytes(&[0, 0])?;
+    w.bytes(&flags_of(&env.body).to_le_bytes())?;
     for v in [env.cluster_id, env.sender, env.incarnation, env.counter] {
         w.u64(v)?;
     }
@@ -69,9 +69,6 @@ pub fn decode(d: &[u8], key: &CtrlKey) -> Result<Envelope, CtrlError> {
     let mut r = R { buf: &d[..signed], at: 5 };
     let kind = r.u8("type")?;
     let flags = u16::from_le_bytes(r.bytes(2, "flags")?.try_into().expect("2 bytes"));
-    if flags != 0 {
-        return Err(CtrlError::BadFlags(flags.into()));
-    }
     let (cluster_id, sender) = (r.u64("cluster_id")?, r.u64("sender")?);
     let (incarnation, counter) = (r.u64("incarnation")?, r.u64("counter")?);
     let body_len =
@@ -89,7 +86,7 @@ pub fn decode(d: &[u8], key: &CtrlKey) -> Result<Envelope, CtrlError> {
     if counter == 0 {
         return Err(CtrlError::BadField("counter"));
     }
-    let body = get(&mut r, kind)?;
+    let body = get(&mut r, kind, flags)?;
     if r.at != signed {
         return Err(CtrlError::Trailing(signed - r.at));
     }

@@ -12,6 +12,13 @@ pub const DATAGRAM_BYTES_MAX: usize = 1452;
 pub const NAME_BYTES_MAX: usize = 32;
 /// Most leases one heartbeat reports. A borrower node never holds more.
 pub const HEARTBEAT_LEASES_MAX: usize = 48;
+/// Longest failure-domain label, in bytes of UTF-8.
+pub const DOMAIN_BYTES_MAX: usize = 32;
+/// Header flag: the heartbeat ends with a failure-domain label. Only set
+/// when the node has one, so a node without a domain speaks exactly the
+/// first version of the protocol, and a peer that predates domains (which
+/// refuses any flag) only misses the heartbeats of nodes that set one.
+pub const FLAG_DOMAIN: u16 = 1;
 
 /// A node's id: stable across restarts of the same node (it is derived from
 /// the node's name), so peers can tell a restart (same id, higher
@@ -166,4 +173,8 @@ pub struct Heartbeat {
     pub data_addr: SocketAddr,
     /// At most [`HEARTBEAT_LEASES_MAX`].
     pub leases: Vec<LeaseReport>,
+    /// The failure domain it sits in (a rack, a zone; at most
+    /// [`DOMAIN_BYTES_MAX`]); empty when it has none. A mirror's copies go to
+    /// different domains when the cluster has them.
+    pub domain: String,
 }

@@ -73,20 +73,32 @@ fn arb_body() -> impl Strategy<Value = Body> {
             class,
             any::<[u64; 5]>(),
             arb_addr(),
-            proptest::collection::vec(report, 0..=HEARTBEAT_LEASES_MAX)
+            proptest::collection::vec(report, 0..=HEARTBEAT_LEASES_MAX),
+            "([a-z0-9/é-]{1,32})?"
         )
-            .prop_map(|(name, class, m, data_addr, leases)| Body::Heartbeat(Heartbeat {
-                name,
-                class,
-                total_bytes: m[0],
-                used_bytes: m[1],
-                lent_bytes: m[2],
-                borrowed_bytes: m[3],
-                available_bytes: m[4],
-                data_addr,
-                leases
-            })),
+            .prop_map(|(name, class, m, data_addr, leases, domain)| Body::Heartbeat(
+                Heartbeat {
+                    domain: truncate_utf8(domain, DOMAIN_BYTES_MAX),
+                    name,
+                    class,
+                    total_bytes: m[0],
+                    used_bytes: m[1],
+                    lent_bytes: m[2],
+                    borrowed_bytes: m[3],
+                    available_bytes: m[4],
+                    data_addr,
+                    leases
+                }
+            )),
     ]
+}
+
+/// `s` cut at a character boundary to at most `limit` bytes.
+fn truncate_utf8(mut s: String, limit: usize) -> String {
+    while s.len() > limit {
+        s.pop();
+    }
+    s
 }
 
 proptest! {
@@ -116,6 +128,7 @@ fn every_bit_flip_and_every_truncation_is_refused() {
         available_bytes: 5,
         data_addr: "10.0.0.1:7070".parse().unwrap(),
         leases: vec![LeaseReport { donor: 5, lease_id: 6, pages_per_s: 7 }],
+        domain: "rack-1".into(),
     };
     let d = enc(&env(Body::Heartbeat(hb)));
     for bit in 0..d.len() * 8 {
@@ -176,8 +189,12 @@ fn encoding_refuses_what_decoding_would() {
         available_bytes: 0,
         data_addr: "0.0.0.0:0".parse().unwrap(),
         leases: vec![],
+        domain: String::new(),
     };
+    let wide =
+        Heartbeat { name: "n".into(), domain: "d".repeat(DOMAIN_BYTES_MAX + 1), ..long.clone() };
     assert!(encode(&env(Body::Heartbeat(long)), &key(), &mut buf).is_err());
+    assert!(encode(&env(Body::Heartbeat(wide)), &key(), &mut buf).is_err());
     let mut e = env(Body::Ack(Ack { request_id: 1, lease_id: 1, confirm: false }));
     e.counter = 0;
     assert!(encode(&e, &key(), &mut buf).is_err());
@@ -207,4 +224,47 @@ fn the_sender_table_is_bounded() {
         g.check_and_record(s, 1, 1).unwrap();
     }
     assert_eq!(g.senders(), SENDERS_MAX);
+}
+
+/// A heartbeat without a domain is byte for byte what the first version
+/// sent (flags 0, no label), so nodes that predate domains still read it;
+/// one with a domain sets FLAG_DOMAIN. A domain flag on another message, an
+/// unknown flag, or an empty label under the flag are refused.
+#[test]
+fn the_domain_label_is_flagged_and_optional() {
+    let plain = Heartbeat {
+        name: "node-a".into(),
+        class: NodeClass::Server,
+        total_bytes: 1,
+        used_bytes: 2,
+        lent_bytes: 3,
+        borrowed_bytes: 4,
+        available_bytes: 5,
+        data_addr: "10.0.0.1:7070".parse().unwrap(),
+        leases: vec![],
+        domain: String::new(),
+    };
+    let racked = Heartbeat { domain: "rack-7".into(), ..plain.clone() };
+    let d0 = enc(&env(Body::Heartbeat(plain)));
+    let d1 = enc(&env(Body::Heartbeat(racked.clone())));
+    assert_eq!(&d0[6..8], &[0, 0]);
+    assert_eq!(u16::from_le_bytes([d1[6], d1[7]]), FLAG_DOMAIN);
+    assert_eq!(d1.len(), d0.len() + 1 + "rack-7".len());
+    assert_eq!(decode(&d1, &key()).unwrap().body, Body::Heartbeat(racked));
+    let sign = |mut d: Vec<u8>| {
+        let n = d.len() - CTRL_MAC_BYTES;
+        let mac = key().mac(&d[..n]);
+        d[n..].copy_from_slice(&mac);
+        d
+    };
+    let mut unknown = d1.clone();
+    unknown[6] |= 2;
+    assert_eq!(decode(&sign(unknown), &key()), Err(CtrlError::BadFlags(3)));
+    let mut missing = d0.clone();
+    missing[6] = 1; // flagged, but the body ends before a label
+    assert_eq!(decode(&sign(missing), &key()), Err(CtrlError::Truncated("domain bytes")));
+    let ack = enc(&env(Body::Ack(Ack { request_id: 1, lease_id: 2, confirm: true })));
+    let mut flagged = ack;
+    flagged[6] = 1;
+    assert_eq!(decode(&sign(flagged), &key()), Err(CtrlError::BadFlags(1)));
 }
