@@ -436,6 +436,49 @@ fn reclaim_to_another_donor(name: &str, far_extra: &[&str], kill_second: bool) {
     let _ = hog.0.kill();
 }
 
+/// `--pool --redundancy mirror`: three donors in two racks. The region's
+/// two copies go to donors in different racks (with only domains to tell
+/// them apart: the rack-a pair is as good as the rack-b donor otherwise),
+/// and killing the rack-a donor that holds one while the program runs
+/// loses nothing: reads go to the other copy, and a spare copy is leased
+/// on the other rack-a donor (never the rack-b one, which holds the first)
+/// and filled.
+#[test]
+fn a_mirror_over_leases_spans_racks_and_survives_a_killed_donor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c1, c2, c3, c4) = (free_udp(), free_udp(), free_udp(), free_udp());
+    let donor = |name: &str, ctrl: u16, seeds: &[u16], rack: &str| {
+        Node::start(dir.path(), name, ctrl, seeds, &["--insecure", "--domain", rack])
+    };
+    let mut a1 = donor("a1", c1, &[c2, c3, c4], "rack-a");
+    let mut a2 = donor("a2", c3, &[c1, c2, c4], "rack-a");
+    let b1 = donor("b1", c4, &[c1, c2, c3], "rack-b");
+    let borrower = Node::start(
+        dir.path(),
+        "n2",
+        c2,
+        &[c1, c3, c4],
+        &["--insecure", "--memory", "host", "--thresholds", "0,0.01,0.985,0.99"],
+    );
+    for d in [&a1, &a2, &b1] {
+        wait("every donor to offer", 20, || d.field("available_bytes") >= 128 << 20);
+    }
+    let job = far_with(&borrower.api, "64M", 20, &["--redundancy", "mirror"]);
+    let lent = |n: &Node| n.field("lent_bytes");
+    wait("both copies to be leased", 30, || {
+        lent(&b1) >= 64 << 20 && lent(&a1) + lent(&a2) >= 64 << 20
+    });
+    assert!(lent(&a1) == 0 || lent(&a2) == 0, "one copy per rack: {} and {}", lent(&a1), lent(&a2));
+    let (held, spare) = if lent(&a1) > 0 { (&mut a1, &a2) } else { (&mut a2, &a1) };
+    held.child.kill().unwrap();
+    held.child.wait().unwrap();
+    wait("a spare copy on the other rack-a donor", 30, || lent(spare) >= 64 << 20);
+    let text = finish(job);
+    assert!(text.contains("mirrored on leases from"), "{text}");
+    assert!(text.contains("0 of 16384 pages differ"), "{text}");
+    assert!(text.contains("1 legs failed, 1 rebuilt"), "{text}");
+}
+
 /// The donor is frozen with the borrower's request in its socket, then
 /// killed: the program gets a clear "no room" instead of a hang. The donor
 /// restarts under the same name and rejoins; the next borrow works, and the

@@ -77,7 +77,7 @@ impl Ear {
             return;
         };
         let pages = self.members[i].pages;
-        let Some((target, g)) = self.replacement(pages, GRANT_WAIT) else {
+        let Some((target, g)) = self.replacement(i, GRANT_WAIT) else {
             return self.back_to_lease.refused();
         };
         let start = Instant::now();

@@ -20,17 +20,20 @@ use std::time::{Duration, Instant};
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 
 impl Ear {
-    /// Leases toward `bytes` that come within `wait`. On an `Unmet`, ask
-    /// again for what is missing after a pause (doubling) when `again`, else
-    /// stop. Other events are set aside for later.
+    /// Leases toward `bytes` that come within `wait`, from donors other
+    /// than `avoid`. On an `Unmet`, ask again for what is missing after a
+    /// pause (doubling) when `again`, else stop. Other events are set aside
+    /// for later.
     pub(crate) fn await_grants(
         &mut self,
         bytes: u64,
         wait: Duration,
         again: bool,
+        avoid: &[u64],
     ) -> Vec<LeaseGrant> {
         let mut got = Vec::new();
-        if self.client.ask(&Ask::Want { bytes, avoid: Vec::new() }).is_err() {
+        let want = |bytes| Ask::Want { bytes, avoid: avoid.to_vec() };
+        if self.client.ask(&want(bytes)).is_err() {
             return got;
         }
         let until = Instant::now() + wait;
@@ -48,7 +51,7 @@ impl Ear {
                     }
                     std::thread::sleep(pause);
                     pause *= 2;
-                    if self.client.ask(&Ask::Want { bytes: unmet, avoid: Vec::new() }).is_err() {
+                    if self.client.ask(&want(unmet)).is_err() {
                         break;
                     }
                 }
@@ -71,13 +74,17 @@ impl Ear {
         }
     }
 
-    /// A new lease of `pages` from the cluster, if one comes within `wait`.
+    /// A new lease from the cluster for member `i`'s pages, if one comes
+    /// within `wait`: away from the donors of its segment when the segment
+    /// is mirrored.
     pub(crate) fn replacement(
         &mut self,
-        pages: u64,
+        i: usize,
         wait: Duration,
     ) -> Option<(Arc<dyn PageStore>, LeaseGrant)> {
-        let mut got = self.await_grants(pages * PAGE_SIZE as u64, wait, false);
+        let pages = self.members[i].pages;
+        let avoid = self.avoid_for(self.members[i].segment);
+        let mut got = self.await_grants(pages * PAGE_SIZE as u64, wait, false, &avoid);
         // One lease that covers the member, or nothing: a member is one store.
         let fits = got.iter().position(|g| g.bytes >= pages * PAGE_SIZE as u64);
         let g = fits.map(|j| got.swap_remove(j));
@@ -111,8 +118,11 @@ impl Ear {
     }
 
     fn lease_segment(&mut self, segment: usize, pages: u64) -> Result<Arc<dyn PageStore>, String> {
+        if self.mirrored {
+            return self.lease_mirrored(segment, pages);
+        }
         let bytes = pages * PAGE_SIZE as u64;
-        let grants = self.await_grants(bytes, super::grow::GROW_WAIT, true);
+        let grants = self.await_grants(bytes, super::grow::GROW_WAIT, true, &[]);
         let got: u64 = grants.iter().map(|g| g.bytes).sum();
         if got < bytes {
             self.release(&grants);
@@ -122,7 +132,7 @@ impl Ear {
         }
         let mut members = Vec::new();
         for g in &grants {
-            match self.open_member(g) {
+            match self.open_member(g, segment) {
                 Ok(m) => members.push(m),
                 Err(e) => {
                     self.release(&grants);
@@ -149,9 +159,13 @@ impl Ear {
 
     /// A member for grant `g`, and the store the segment writes to: the
     /// lease, or a mirror of it and an SSD file when every lease has one.
-    fn open_member(&mut self, g: &LeaseGrant) -> anyhow::Result<(Member, Arc<dyn PageStore>)> {
+    pub(crate) fn open_member(
+        &mut self,
+        g: &LeaseGrant,
+        segment: usize,
+    ) -> anyhow::Result<(Member, Arc<dyn PageStore>)> {
         let store = open_lease(g, &self.cfg, self.encrypt)?;
-        let m = member(Some((g.donor, g.lease)), &g.donor_name, store);
+        let m = member(Some((g.donor, g.lease)), &g.donor_name, store, segment);
         let lease = Arc::clone(&m.stats) as Arc<dyn PageStore>;
         if !self.backed {
             return Ok((m, lease));
@@ -176,7 +190,7 @@ impl Ear {
         };
         let (store, name) = home_store(Some(&dir), pages).map_err(|e| format!("{why}; {e:#}"))?;
         tracing::warn!(segment, %why, to = %name, "a segment goes home: no lease");
-        let mut m = member(None, &name, store);
+        let mut m = member(None, &name, store, segment);
         // Under `--redundancy ssd` no SSD copy sits above it: a lease would
         // be its only home, so it stays on the SSD.
         m.may_return = !self.backed;

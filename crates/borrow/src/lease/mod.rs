@@ -14,6 +14,7 @@
 mod back_to_lease;
 mod grants;
 pub mod grow;
+pub mod mirrored;
 mod reclaim;
 
 pub(crate) use grants::{backed_by_ssd, open_lease};
@@ -44,6 +45,8 @@ const QUEUED_MAX: usize = 256;
 pub enum Event {
     Tell(Tell),
     Grow(Grow),
+    /// A mirror's rebuilder asks for a new leg (`mirrored.rs`).
+    Spare(mirrored::Spare),
     /// The daemon's connection ended, and why.
     Gone(String),
 }
@@ -66,13 +69,21 @@ pub struct Member {
     pub stats: Arc<Stats<Arc<Relocatable>>>,
     /// At home, it may go back to a lease (`back_to_lease.rs`).
     pub may_return: bool,
+    /// The segment of the region it holds pages of (`grow.rs`).
+    pub segment: usize,
 }
 
-pub fn member(lease: Option<(u64, u64)>, donor_name: &str, store: Arc<dyn PageStore>) -> Member {
+pub fn member(
+    lease: Option<(u64, u64)>,
+    donor_name: &str,
+    store: Arc<dyn PageStore>,
+    segment: usize,
+) -> Member {
     let pages = store.info().pages;
     let reloc = Arc::new(Relocatable::new(store));
     let stats = Arc::new(Stats::new(Arc::clone(&reloc)));
-    Member { lease, donor_name: donor_name.to_string(), pages, reloc, stats, may_return: true }
+    let donor_name = donor_name.to_string();
+    Member { lease, donor_name, pages, reloc, stats, may_return: true, segment }
 }
 
 pub(crate) struct Ear {
@@ -87,6 +98,10 @@ pub(crate) struct Ear {
     pub(crate) last_pages: Vec<u64>,
     /// Every lease has a copy on the local SSD (`--redundancy ssd`).
     pub(crate) backed: bool,
+    /// Every segment is a mirror over two legs of leases (`mirrored.rs`).
+    pub(crate) mirrored: bool,
+    /// Where a mirror's rebuilder asks for a spare leg.
+    pub(crate) asks: SyncSender<Event>,
     /// Each segment's store once leased (see `grow.rs`).
     pub(crate) segments: Vec<Option<Arc<dyn PageStore>>>,
     /// Where the mirrors of leases added later are counted.
@@ -103,6 +118,7 @@ pub struct Handoff {
     pub encrypt: bool,
     pub home: Option<PathBuf>,
     pub backed: bool,
+    pub mirrored: bool,
     pub segments: usize,
     pub copies: Copies,
 }
@@ -120,6 +136,7 @@ pub fn spawn(
     first: Arc<dyn PageStore>,
 ) -> Result<()> {
     let reader = h.client.try_clone()?;
+    let asks = tx.clone();
     // The names keep the preload shim out of these threads' allocations.
     std::thread::Builder::new().name("memlend-poolrd".into()).spawn(move || read(reader, tx))?;
     let mut segments = vec![None; h.segments];
@@ -134,6 +151,8 @@ pub fn spawn(
         home: h.home,
         pending: VecDeque::new(),
         backed: h.backed,
+        mirrored: h.mirrored,
+        asks,
         segments,
         copies: h.copies,
         back_to_lease: BackToLease::new(),
@@ -176,6 +195,7 @@ impl Ear {
             match event {
                 Some(Event::Tell(t)) => self.tell(t),
                 Some(Event::Grow(g)) => self.grow(g),
+                Some(Event::Spare(s)) => self.spare(s),
                 Some(Event::Gone(why)) => {
                     tracing::error!(%why, "leases can no longer be moved on reclaim or added");
                     return;
@@ -197,6 +217,7 @@ impl Ear {
             Tell::Lost { donor, lease, why } if self.backed => {
                 tracing::warn!(donor, lease, %why, "a lease was lost: its pages are read from their SSD copy");
             }
+            Tell::Lost { donor, lease, why } if self.mirrored => self.lost_leg(donor, lease, &why),
             Tell::Lost { donor, lease, why } => self.lost(donor, lease, &why),
             // A grant that came after its ask stopped waiting (the daemon
             // retries for a few seconds): nobody will use it, so give it

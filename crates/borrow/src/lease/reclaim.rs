@@ -28,7 +28,7 @@ impl Ear {
         let from = self.members[i].donor_name.clone();
         tracing::info!(%from, lease, pages, deadline_ms, "reclaimed: moving the lease's pages");
         let wait = Duration::from_millis(deadline_ms / 4).min(Duration::from_secs(5));
-        let (target, to, new_lease) = match self.replacement(pages, wait) {
+        let (target, to, new_lease) = match self.replacement(i, wait) {
             Some((store, g)) => (store, g.donor_name.clone(), Some((g.donor, g.lease))),
             None => match home_store(self.home.as_deref(), pages) {
                 Ok((s, name)) => (s, name, None),

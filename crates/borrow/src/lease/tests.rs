@@ -23,6 +23,7 @@ fn a_late_grant_is_given_back() {
         encrypt: false,
         home: None,
         backed: false,
+        mirrored: false,
         segments: 1,
         copies: Copies::default(),
     };

@@ -43,11 +43,8 @@ impl Placement {
             }
             return redundant::open(self, pages);
         }
-        if !matches!(self.redundancy, Redundancy::None | Redundancy::Ssd) && self.pool.is_some() {
-            bail!(
-                "--pool takes --redundancy ssd; {} over leases is not built yet",
-                self.redundancy
-            );
+        if self.redundancy == Redundancy::Erasure && self.pool.is_some() {
+            bail!("--pool takes --redundancy mirror or ssd; erasure over leases is not built yet");
         }
         if let Some(api) = &self.pool {
             if !self.donors.is_empty() {

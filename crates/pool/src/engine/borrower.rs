@@ -2,6 +2,7 @@
 //! request (ACK binds exactly one; the others are released at once and would
 //! expire anyway), keep leases alive, hand reclaims to their owners.
 
+use super::avoid::Fit;
 use super::types::{Demand, GrantHeard, OfferHeard};
 use super::{Borrowed, BorrowedState, Dest, Engine, Event, Output, MS};
 use crate::select::Candidate;
@@ -133,6 +134,11 @@ impl Engine {
             let usable = self.usable(avoid, &nodes);
             if !usable.is_empty() {
                 cands = usable.into_iter().map(|i| cands[i]).collect();
+                if fanout >= cands.len() {
+                    // All of them, but only them: a broadcast would draw
+                    // the first grant from an avoided domain.
+                    return cands.into_iter().map(|(_, to)| Dest::To(to)).collect();
+                }
             }
         }
         if cands.is_empty() || fanout >= cands.len() {
@@ -203,6 +209,12 @@ impl Engine {
             self.release_to(from, g.lease_id);
             return;
         }
+        // A grant from an avoided domain waits the window even under
+        // first-come: a grant from elsewhere may follow.
+        let avoid = std::mem::take(&mut d.avoid);
+        let apart = avoid.is_empty() || self.fit(&avoid, donor) == Fit::Apart;
+        let d = self.demands.get_mut(&g.request_id).expect("looked up above");
+        d.avoid = avoid;
         let rtt_us = self.now_us.saturating_sub(d.sent_us).min(u64::from(u32::MAX)) as u32;
         self.rtt_us.insert(donor, rtt_us);
         self.arrivals += 1;
@@ -214,8 +226,8 @@ impl Engine {
             arrival: self.arrivals,
         });
         if d.decide_us.is_none() {
-            let window_ms =
-                if self.selector.waits_for_more() { self.cfg.grant_window_ms } else { 0 };
+            let waits = self.selector.waits_for_more() || !apart;
+            let window_ms = if waits { self.cfg.grant_window_ms } else { 0 };
             d.decide_us = Some(self.now_us + window_ms * MS);
         }
     }
