@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use memlend_sim::{NetParams, Params, Report};
+use memlend_sim::{NetParams, Params, Partition, Report};
 
 #[derive(Args, Debug)]
 pub struct SimArgs {
@@ -33,6 +33,18 @@ pub struct SimArgs {
     /// Node crashes per run, each restarted 2 to 10 s later.
     #[arg(long, default_value_t = 0)]
     pub crashes: usize,
+    /// Failure domains: node i sits in rack i mod RACKS (0: none named).
+    #[arg(long, default_value_t = 0)]
+    pub racks: usize,
+    /// Every borrower keeps two copies, each leg avoiding the other's
+    /// donors (`--redundancy mirror`); the table adds where they landed.
+    #[arg(long)]
+    pub mirror: bool,
+    /// One network partition: START_S,HEAL_S,SHARE (the lowest-numbered
+    /// SHARE of the nodes on one side); leases are checked 30 s after the
+    /// heal, which must come before the end.
+    #[arg(long, value_name = "START_S,HEAL_S,SHARE", value_parser = Partition::parse)]
+    pub partition: Option<Partition>,
     /// Print a JSON array of reports instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -44,18 +56,23 @@ pub fn run(a: &SimArgs) -> Result<()> {
         NetParams { latency_us: a.latency_us, jitter_us: a.jitter_us, loss: a.loss, dup: a.dup };
     let mut reports = Vec::new();
     if !a.json {
-        println!("{}", header());
+        let mirror = if a.mirror { mirror_header() } else { String::new() };
+        let cut = if a.partition.is_some() { partition_header() } else { String::new() };
+        println!("{}{mirror}{cut}", header());
     }
     for nodes in counts {
         let p = Params {
             net,
             lender_share: a.lenders,
             crashes: a.crashes,
+            racks: a.racks,
+            mirror: a.mirror,
+            partition: a.partition,
             ..Params::new(nodes, a.seconds, a.seed)
         };
         let r = memlend_sim::run(&p).map_err(anyhow::Error::msg)?;
         if !a.json {
-            println!("{}", row(&r));
+            println!("{}{}{}", row(&r), mirror_row(&r), partition_row(&r));
         }
         reports.push(r);
     }
@@ -110,4 +127,36 @@ fn row(r: &Report) -> String {
         r.cost.wall_ms as f64 / 1e3,
         r.cost.peak_rss_bytes >> 20,
     )
+}
+
+fn mirror_header() -> String {
+    format!(" {:>6} {:>9} {:>10}", "racks", "2nd_GiB", "same_dom%")
+}
+
+/// Where second copies landed: their mean size, and the share in a failure
+/// domain of the first copy (a share on the same donor is never allowed,
+/// and shown only if it happened).
+fn mirror_row(r: &Report) -> String {
+    let Some(m) = &r.outcome.mirror else { return String::new() };
+    let mut s = format!(
+        " {:>6} {:>9.2} {:>10.2}",
+        r.outcome.racks,
+        m.second_copy_mean_bytes / (1u64 << 30) as f64,
+        m.same_domain_pct
+    );
+    if m.same_node_pct > 0.0 {
+        s.push_str(&format!("  SAME DONOR {:.2}%", m.same_node_pct));
+    }
+    s
+}
+
+fn partition_header() -> String {
+    format!(" {:>9} {:>10} {:>8}", "cut_drops", "strand@+30", "leases")
+}
+
+/// Datagrams the partition dropped, and leases stranded (and held) 30 s
+/// after it healed.
+fn partition_row(r: &Report) -> String {
+    let Some(c) = &r.outcome.partition else { return String::new() };
+    format!(" {:>9} {:>10} {:>8}", c.dropped, c.stranded_after_heal, c.leases_after_heal)
 }

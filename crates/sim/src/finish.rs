@@ -61,6 +61,14 @@ pub(crate) fn report(sim: &Sim, wall: Duration) -> Report {
         class_changes_per_node_min: engine.class_changes as f64
             / p.nodes as f64
             / (p.seconds as f64 / 60.0),
+        racks: p.racks,
+        mirror: p.mirror.then(|| m.mirrors.outcome(samples)),
+        partition: p.partition.map(|c| crate::partition::PartitionOutcome {
+            start_s: c.start_s,
+            heal_s: c.heal_s,
+            share: c.share,
+            ..m.partition.clone()
+        }),
         engine: engine.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         events: m.events,
         trace_hash: format!("{:016x}", m.trace_hash),
@@ -88,7 +96,7 @@ fn engine_totals(sim: &Sim) -> Metrics {
 /// Leases one side holds and the other does not list: (stranded, all
 /// leases held). A node that is down holds nothing. Grants not yet
 /// acknowledged and leases still binding are in flight, not stranded.
-fn stranded(sim: &Sim) -> (u64, u64) {
+pub(crate) fn stranded(sim: &Sim) -> (u64, u64) {
     type Key = (NodeId, LeaseId, NodeId); // donor, lease, borrower
     let mut donors: BTreeSet<Key> = BTreeSet::new();
     let mut borrowers: BTreeSet<Key> = BTreeSet::new();

@@ -9,15 +9,19 @@
 
 mod finish;
 mod measure;
+mod mirrors;
 mod net;
 mod node;
+mod partition;
 mod queue;
 mod rng;
 mod sim;
 mod workload;
 
 pub use measure::{Cost, Outcome, Report};
+pub use mirrors::MirrorOutcome;
 pub use net::NetParams;
+pub use partition::{Partition, PartitionOutcome, CHECK_AFTER_HEAL_S};
 pub use queue::EVENTS_MAX;
 pub use sim::run;
 
@@ -36,11 +40,29 @@ pub struct Params {
     pub lender_share: f64,
     /// Node crashes, each followed by a restart 2 to 10 s later.
     pub crashes: usize,
+    /// Failure domains: node i sits in rack i mod `racks` (0: none named).
+    pub racks: usize,
+    /// Every borrower keeps two copies of what it borrows, each leg asking
+    /// to avoid the other's donors (`--redundancy mirror`).
+    pub mirror: bool,
+    /// One network partition, healed before the end.
+    pub partition: Option<Partition>,
 }
 
 impl Params {
     pub fn new(nodes: usize, seconds: u64, seed: u64) -> Params {
-        Params { nodes, seconds, seed, net: NetParams::default(), lender_share: 0.5, crashes: 0 }
+        let net = NetParams::default();
+        Params {
+            nodes,
+            seconds,
+            seed,
+            net,
+            lender_share: 0.5,
+            crashes: 0,
+            racks: 0,
+            mirror: false,
+            partition: None,
+        }
     }
 
     pub fn check(&self) -> Result<(), String> {
@@ -49,6 +71,12 @@ impl Params {
         }
         if !(1..=SECONDS_MAX).contains(&self.seconds) {
             return Err(format!("seconds must be 1 to {SECONDS_MAX}, got {}", self.seconds));
+        }
+        if self.racks > self.nodes {
+            return Err(format!("racks must be at most the nodes, got {}", self.racks));
+        }
+        if let Some(cut) = &self.partition {
+            cut.check(self.seconds)?;
         }
         let probs =
             [("loss", self.net.loss), ("dup", self.net.dup), ("lenders", self.lender_share)];

@@ -37,6 +37,10 @@ pub struct Counters {
     pub oracle_sum: f64,
     pub lent_sum: f64,
     pub harvest_samples: u64,
+    /// Where second copies landed, when borrowers mirror.
+    pub mirrors: crate::mirrors::Mirrors,
+    /// What a partition dropped and left behind.
+    pub partition: crate::partition::PartitionOutcome,
     pub events: u64,
     pub trace_hash: u64,
 }
@@ -104,6 +108,10 @@ pub struct Outcome {
     pub stranded_end: u64,
     pub leases_end: u64,
     pub class_changes_per_node_min: f64,
+    /// Failure domains named (0: none) and whether borrowers mirror.
+    pub racks: usize,
+    pub mirror: Option<crate::mirrors::MirrorOutcome>,
+    pub partition: Option<crate::partition::PartitionOutcome>,
     /// Engine counters summed over nodes (and crashed incarnations).
     pub engine: BTreeMap<String, u64>,
     pub events: u64,

@@ -11,8 +11,11 @@ use memlend_pool::select::{make, SelectorKind};
 use memlend_wire::ctrl::{NodeId, ReplayGuard};
 use std::net::{Ipv4Addr, SocketAddr};
 
-/// The one local owner (process) that holds every lease of a node.
+/// The one local owner (process) that holds every lease of a node; with
+/// mirroring, the first leg's.
 pub const OWNER: u64 = 1;
+/// The second leg's owner when borrowers mirror.
+pub const OWNER_B: u64 = 2;
 const CTRL_PORT: u16 = 7071;
 const DATA_PORT: u16 = 7070;
 
@@ -20,6 +23,8 @@ pub struct SimNode {
     pub index: u32,
     pub id: NodeId,
     pub name: String,
+    /// Its failure domain, empty for none.
+    pub domain: String,
     pub up: bool,
     pub incarnation: u64,
     pub engine: Engine,
@@ -41,13 +46,18 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    pub fn new(index: u32, trace: Trace, rng: &mut Rng) -> SimNode {
+    pub fn new(index: u32, trace: Trace, rng: &mut Rng, racks: usize) -> SimNode {
         let name = format!("n{index:05}");
-        let (engine, classifier) = fresh(index, &name, rng);
+        let domain = match racks {
+            0 => String::new(),
+            r => format!("r{}", index as usize % r),
+        };
+        let (engine, classifier) = fresh(index, &name, &domain, rng);
         SimNode {
             index,
             id: node_id(index),
             name,
+            domain,
             up: false, // until its boot event
             incarnation: 1,
             engine,
@@ -68,7 +78,7 @@ impl SimNode {
     }
 
     pub fn restart(&mut self, rng: &mut Rng) {
-        let (engine, classifier) = fresh(self.index, &self.name, rng);
+        let (engine, classifier) = fresh(self.index, &self.name, &self.domain, rng);
         self.engine = engine;
         self.classifier = classifier;
         self.incarnation += 1;
@@ -85,13 +95,24 @@ impl SimNode {
         self.engine.borrowed().filter(|b| b.state == BorrowedState::Active).map(|b| b.bytes).sum()
     }
 
-    /// Bytes the node holds or is binding (not being reclaimed).
-    pub fn held_bytes(&self) -> u64 {
+    /// Bytes `owner` holds or is binding (not being reclaimed).
+    pub fn held_bytes_of(&self, owner: u64) -> u64 {
         self.engine
             .borrowed()
-            .filter(|b| !matches!(b.state, BorrowedState::Reclaimed { .. }))
+            .filter(|b| b.owner == owner && !matches!(b.state, BorrowedState::Reclaimed { .. }))
             .map(|b| b.bytes)
             .sum()
+    }
+
+    /// The donors of `owner`'s leases, reclaimed ones included (their pages
+    /// are still there while they move).
+    pub fn donors_of(&self, owner: u64) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> =
+            self.engine.borrowed().filter(|b| b.owner == owner).map(|b| b.donor).collect();
+        v.sort_unstable();
+        v.dedup();
+        v.truncate(memlend_pool::engine::AVOID_NODES_MAX);
+        v
     }
 
     /// This incarnation's metrics plus those of crashed ones.
@@ -106,12 +127,13 @@ impl SimNode {
 
 /// The daemon's defaults: broadcast on one LAN, first-come selector, the
 /// default guard bands and timing.
-fn fresh(index: u32, name: &str, rng: &mut Rng) -> (Engine, Classifier) {
+fn fresh(index: u32, name: &str, domain: &str, rng: &mut Rng) -> (Engine, Classifier) {
     let mut secret = [0u8; 32];
     for chunk in secret.chunks_mut(8) {
         chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
     }
-    let cfg = Config::new(node_id(index), name, data_addr(index), secret);
+    let mut cfg = Config::new(node_id(index), name, data_addr(index), secret);
+    cfg.domain = domain.to_string();
     let engine = Engine::new(cfg, make(SelectorKind::FirstCome));
     let classifier = Classifier::new(Thresholds::default(), Default::default())
         .expect("the default timing is valid");

@@ -5,7 +5,7 @@
 
 use crate::measure::{Counters, WARMUP_S};
 use crate::net::Datagram;
-use crate::node::{ctrl_addr, index_of, SimNode, OWNER};
+use crate::node::{ctrl_addr, index_of, SimNode, OWNER, OWNER_B};
 use crate::queue::Queue;
 use crate::rng::Rng;
 use crate::workload::Trace;
@@ -24,14 +24,36 @@ const MIGRATE_BYTES_PER_S: f64 = 1e9;
 const MIGRATE_FLOOR_US: u64 = 10_000;
 
 pub(crate) enum Ev {
-    Deliver { to: u32, dg: Rc<Datagram> },
-    Tick { node: u32, inc: u64 },
-    Sample { node: u32, inc: u64 },
-    Migrate { node: u32, inc: u64, donor: NodeId, lease: LeaseId },
-    Boot { node: u32 },
-    Crash { node: u32 },
-    Restart { node: u32 },
+    Deliver {
+        to: u32,
+        dg: Rc<Datagram>,
+    },
+    Tick {
+        node: u32,
+        inc: u64,
+    },
+    Sample {
+        node: u32,
+        inc: u64,
+    },
+    Migrate {
+        node: u32,
+        inc: u64,
+        donor: NodeId,
+        lease: LeaseId,
+    },
+    Boot {
+        node: u32,
+    },
+    Crash {
+        node: u32,
+    },
+    Restart {
+        node: u32,
+    },
     Oracle,
+    /// `CHECK_AFTER_HEAL_S` after a partition healed: count stranded leases.
+    HealCheck,
 }
 
 pub(crate) struct Sim {
@@ -43,6 +65,8 @@ pub(crate) struct Sim {
     key: CtrlKey,
     cluster_id: u64,
     pub m: Counters,
+    /// Each node's failure domain by id, to judge where mirrors landed.
+    domains: std::collections::HashMap<NodeId, String>,
 }
 
 /// Run one simulation to its end and report.
@@ -76,9 +100,10 @@ impl Sim {
         let nodes: Vec<SimNode> = (0..p.nodes)
             .map(|i| {
                 let trace = Trace::generate(&mut rng.fork(), i < lenders, p.seconds);
-                SimNode::new(i as u32, trace, &mut rng)
+                SimNode::new(i as u32, trace, &mut rng, p.racks)
             })
             .collect();
+        let domains = nodes.iter().map(|n| (n.id, n.domain.clone())).collect();
         let mut sim = Sim {
             now_us: 0,
             queue: Queue::new(16 * p.nodes + 1024),
@@ -86,6 +111,7 @@ impl Sim {
             cluster_id: ctrl::cluster_id_from_key(&key_bytes),
             m: Counters::new(),
             nodes,
+            domains,
             rng,
             p,
         };
@@ -102,6 +128,10 @@ impl Sim {
             self.queue.push_timer(boot_us, Ev::Boot { node });
         }
         self.queue.push_timer(S_US, Ev::Oracle);
+        if let Some(cut) = self.p.partition {
+            let at_us = (cut.heal_s + crate::partition::CHECK_AFTER_HEAL_S) * S_US;
+            self.queue.push_timer(at_us, Ev::HealCheck);
+        }
         let run_us = self.p.seconds * S_US;
         for _ in 0..self.p.crashes {
             let node = self.rng.below(self.nodes.len() as u64) as u32;
@@ -158,6 +188,11 @@ impl Sim {
                     self.oracle();
                 }
                 self.queue.push_timer(self.now_us + S_US, Ev::Oracle);
+            }
+            Ev::HealCheck => {
+                let (stranded, leases) = crate::finish::stranded(self);
+                self.m.partition.stranded_after_heal = stranded;
+                self.m.partition.leases_after_heal = leases;
             }
             _ => {} // a timer of a crashed incarnation, or a no-op crash
         }
@@ -253,18 +288,62 @@ impl Sim {
     /// whole leases the need no longer covers.
     fn agent(&mut self, i: u32, need: u64) {
         let now = self.now_us;
+        if self.p.mirror {
+            // Each leg avoids the other's donors, as `borrow` does, and
+            // asks only while the other has no ask open: two open asks
+            // could each be granted by the same donor (`borrow` asks for
+            // the second leg once the first is leased).
+            let e = &self.nodes[i as usize].engine;
+            if e.unmet_demand_bytes_of(OWNER_B) == 0 {
+                self.leg(i, OWNER, need, OWNER_B);
+            }
+            let e = &self.nodes[i as usize].engine;
+            if e.unmet_demand_bytes_of(OWNER) == 0 {
+                self.leg(i, OWNER_B, need, OWNER);
+            }
+        } else {
+            self.leg(i, OWNER, need, OWNER);
+        }
+        let copies = self.copies();
         let n = &mut self.nodes[i as usize];
-        n.need_bytes = need;
-        let held = n.held_bytes();
-        let asked = held + n.engine.unmet_demand_bytes();
+        n.need_bytes = need * copies;
+        let short = n.need_bytes > n.active_borrowed_bytes();
+        match (short, n.demand_since_us) {
+            (true, None) => n.demand_since_us = Some(now),
+            (false, Some(_)) => {
+                n.demand_since_us = None;
+                self.m.episodes_withdrawn += 1;
+            }
+            _ => {}
+        }
+        self.drain(i);
+    }
+
+    /// Copies of each borrowed byte.
+    pub(crate) fn copies(&self) -> u64 {
+        if self.p.mirror {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// One owner's leases toward `need`, away from `other`'s donors when
+    /// that is another owner.
+    fn leg(&mut self, i: u32, owner: u64, need: u64, other: u64) {
+        let now = self.now_us;
+        let n = &mut self.nodes[i as usize];
+        let held = n.held_bytes_of(owner);
+        let asked = held + n.engine.unmet_demand_bytes_of(owner);
         if need > asked {
-            n.engine.want(now, OWNER, (need - asked).min(WANT_BYTES_MAX));
+            let avoid = if other == owner { Vec::new() } else { n.donors_of(other) };
+            n.engine.want_avoiding(now, owner, (need - asked).min(WANT_BYTES_MAX), &avoid);
         } else if held > need {
             let mut surplus = held - need;
             let mut leases: Vec<(u64, NodeId, LeaseId)> = n
                 .engine
                 .borrowed()
-                .filter(|b| b.state == BorrowedState::Active)
+                .filter(|b| b.owner == owner && b.state == BorrowedState::Active)
                 .map(|b| (b.bytes, b.donor, b.lease))
                 .collect();
             leases.sort_unstable_by(|a, b| b.cmp(a));
@@ -275,16 +354,6 @@ impl Sim {
                 }
             }
         }
-        let short = need > n.active_borrowed_bytes();
-        match (short, n.demand_since_us) {
-            (true, None) => n.demand_since_us = Some(now),
-            (false, Some(_)) => {
-                n.demand_since_us = None;
-                self.m.episodes_withdrawn += 1;
-            }
-            _ => {}
-        }
-        self.drain(i);
     }
 
     /// Carry out the engine's outputs; true if there were any.
@@ -304,12 +373,18 @@ impl Sim {
         let now = self.now_us;
         let n = &mut self.nodes[i as usize];
         match e {
-            Event::LeaseReady { .. } => {
+            Event::LeaseReady { owner, .. } => {
                 if let Some(since) = n.demand_since_us {
                     if n.active_borrowed_bytes() >= n.need_bytes {
                         n.demand_since_us = None;
                         self.m.latency(now - since);
                     }
+                }
+                // One leg leased: the other may ask now, as `borrow` does.
+                let other = if owner == OWNER { OWNER_B } else { OWNER };
+                if self.p.mirror && n.engine.unmet_demand_bytes_of(owner) == 0 {
+                    let need = n.need_bytes / 2;
+                    self.leg(i, other, need, owner);
                 }
             }
             Event::ReclaimRequested { donor, lease, .. } => {
@@ -373,6 +448,11 @@ impl Sim {
     }
 
     fn route(&mut self, to: u32, dg: &Rc<Datagram>) {
+        let now_s = self.now_us / S_US;
+        if self.p.partition.is_some_and(|c| c.cuts(self.nodes.len(), now_s, dg.from, to)) {
+            self.m.partition.dropped += 1;
+            return;
+        }
         let copies = self.p.net.copies(&mut self.rng);
         match copies {
             0 => self.m.lost += 1,
@@ -398,8 +478,11 @@ impl Sim {
                 spare += cap.saturating_sub(used);
             }
             need += want;
-            useful += want.min(n.active_borrowed_bytes());
+            useful += want.min(n.active_borrowed_bytes() / self.copies());
             lent += n.engine.lent_bytes();
+            if self.p.mirror && self.now_us >= WARMUP_S * S_US {
+                self.m.mirrors.add(n, &self.domains);
+            }
         }
         self.m.oracle_sum += spare.min(need) as f64;
         self.m.harvest_sum += useful as f64;

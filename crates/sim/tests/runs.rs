@@ -43,3 +43,41 @@ fn a_network_that_loses_everything_grants_nothing() {
     assert_eq!(r.leases_end, 0);
     assert_eq!(r.lent_mean_bytes, 0.0);
 }
+
+/// Mirrored borrowers in a racked cluster: no second copy on a donor of
+/// the first, none in a rack of the first while other racks have room, and
+/// the second copies are really held (the check is not vacuous: by chance
+/// alone, a tenth of them would share a rack with a first copy or more).
+#[test]
+fn mirrored_copies_land_on_other_donors_and_other_racks() {
+    let mut p = Params::new(100, 40, 3);
+    p.mirror = true;
+    p.racks = 10;
+    let r = run(&p).expect("valid parameters").outcome;
+    let m = r.mirror.clone().expect("a mirrored run reports where copies went");
+    assert!(m.second_copy_mean_bytes > (1u64 << 30) as f64, "{m:?}");
+    assert_eq!(m.same_node_pct, 0.0, "{m:?}");
+    assert_eq!(m.same_domain_pct, 0.0, "{m:?}");
+    assert!(r.harvest_pct.is_some_and(|h| h > 80.0), "harvest {:?}", r.harvest_pct);
+    assert_eq!(r.stranded_end, 0, "{r:?}");
+    assert_eq!(json(&p), json(&p), "mirrored runs are reproducible too");
+}
+
+/// Half the cluster cut off from the other half for 20 s: lease partners on
+/// either side give each other up, and 30 s after the heal no lease is held
+/// by one side and unknown to the other, while leases are held again.
+#[test]
+fn nothing_is_stranded_30_s_after_a_partition_heals() {
+    let cut = memlend_sim::Partition { start_s: 20, heal_s: 40, share: 0.5 };
+    let mut p = Params::new(100, 90, 11);
+    p.partition = Some(cut);
+    let r = run(&p).expect("valid parameters").outcome;
+    let c = r.partition.clone().expect("a partitioned run reports it");
+    assert!(c.dropped > 1000, "the partition dropped little: {c:?}");
+    assert!(r.engine["leases_lost"] > 0, "no lease crossed the cut: {r:?}");
+    assert!(c.leases_after_heal > 0, "{c:?}");
+    assert_eq!(c.stranded_after_heal, 0, "{c:?}");
+    assert_eq!(r.stranded_end, 0, "{r:?}");
+    p.partition = Some(memlend_sim::Partition { heal_s: 70, ..cut });
+    assert!(run(&p).is_err(), "a heal too late to check is refused");
+}

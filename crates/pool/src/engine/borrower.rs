@@ -442,6 +442,11 @@ impl Engine {
         self.demands.values().map(|d| d.bytes).sum()
     }
 
+    /// The same for one local owner.
+    pub fn unmet_demand_bytes_of(&self, owner: u64) -> u64 {
+        self.demands.values().filter(|d| d.owner == owner).map(|d| d.bytes).sum()
+    }
+
     fn release_to(&mut self, to: SocketAddr, lease: LeaseId) {
         let r = Release { lease_id: lease, reason: ReleaseReason::Done };
         self.send(Dest::To(to), Body::Release(r));
