@@ -3,13 +3,13 @@
 //! called from the exported allocator symbols; `None`/`false` from them means
 //! "not far memory, pass through".
 
-use crate::arena::Arena;
 use crate::config::Config;
+pub use crate::heap::Heap;
 use anyhow::{Context, Result};
 use memlend_fault::{Region, RegionConfig, Tuning};
 use memlend_store::PAGE_SIZE;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 
 const UNCONFIGURED: u8 = 0;
 const INERT: u8 = 1;
@@ -30,16 +30,21 @@ static HEAP: OnceLock<Heap> = OnceLock::new();
 /// The process's resident set when the heap was made (`--mem`).
 static START_REST: AtomicUsize = AtomicUsize::new(0);
 
-pub struct Heap {
-    pub region: Region,
-    arena: Mutex<Arena>,
-    pub describe: String,
-    /// The layers keeping second copies (with `--redundancy`), for the report.
-    pub copies: memlend_borrow::Copies,
+/// What runs around the heap's start, set at load time by `lib.rs`: the
+/// heap's life cycle does not depend on what reports on it or follows it.
+pub struct Hooks {
+    /// Before the region is made (logging).
+    pub before: fn(),
+    /// Once it is ready: the heap, the settings, the process's resident set
+    /// when it was made.
+    pub ready: fn(&'static Heap, &Config, u64),
 }
 
+static HOOKS: OnceLock<Hooks> = OnceLock::new();
+
 /// Read the environment once, at load time, before `main`.
-pub fn configure() {
+pub fn configure(hooks: Hooks) {
+    let _ = HOOKS.set(hooks);
     match crate::config::from_env() {
         Ok(Some(cfg)) => {
             THRESHOLD.store(cfg.threshold_bytes, Relaxed);
@@ -94,12 +99,11 @@ fn start() -> Option<&'static Heap> {
             LEN.store(HEAP.get()?.region.len(), Relaxed);
             OWNER_PID.store(std::process::id(), Relaxed);
             STATE.store(READY, std::sync::atomic::Ordering::Release);
-            crate::report::at_exit();
-            crate::live::start(crate::report::stats_json);
-            if let Some(mem) = cfg.mem_bytes.filter(|_| cfg.trace_dir.is_none()) {
-                crate::mem_limit::follow(HEAP.get()?, mem, START_REST.load(Relaxed) as u64);
+            let heap = HEAP.get()?;
+            if let Some(h) = HOOKS.get() {
+                (h.ready)(heap, cfg, START_REST.load(Relaxed) as u64);
             }
-            HEAP.get()
+            Some(heap)
         }
         Ok(Err(e)) => fail(&format!("{e:#}")),
         Err(_) => fail("panicked while starting"),
@@ -120,7 +124,9 @@ pub fn failed() -> bool {
 }
 
 fn build(cfg: &Config) -> Result<Heap> {
-    crate::report::init_logging();
+    if let Some(h) = HOOKS.get() {
+        (h.before)();
+    }
     let opened = cfg.placement.open(cfg.far_bytes.map(|b| b.div_ceil(PAGE_SIZE as u64)))?;
     let pages = opened.pages.min(u64::from(u32::MAX));
     let start_rest = crate::mem_limit::rest_bytes(0);
@@ -162,36 +168,11 @@ fn build(cfg: &Config) -> Result<Heap> {
     // SAFETY: registers a plain function; it runs in the child after fork.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     tracing::info!(pages, budget_pages, "far memory on {}", opened.describe);
-    let arena = Mutex::new(Arena::new(pages));
-    Ok(Heap { region, arena, describe: opened.describe, copies: opened.copies })
+    Ok(Heap::new(region, pages, opened.describe, opened.copies))
 }
 
 extern "C" fn after_fork_in_child() {
     if STATE.load(Relaxed) == READY {
         STATE.store(CHILD, Relaxed);
-    }
-}
-
-impl Heap {
-    pub fn arena(&self) -> MutexGuard<'_, Arena> {
-        self.arena.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn addr(&self, page: u64) -> usize {
-        self.region.as_ptr() as usize + page as usize * PAGE_SIZE
-    }
-
-    pub fn page_of(&self, addr: usize) -> u64 {
-        ((addr - self.region.as_ptr() as usize) / PAGE_SIZE) as u64
-    }
-
-    /// Drop pages' contents: they read as zero after, cost no local budget
-    /// and hold nothing in the store. Called before pages go back to the
-    /// arena, so a new owner can never lose a write to it.
-    pub fn discard(&self, page: u64, pages: u64) {
-        let (off, len) = (page as usize * PAGE_SIZE, pages as usize * PAGE_SIZE);
-        if let Err(e) = self.region.discard(off, len) {
-            tracing::error!("discarding far pages {page}+{pages}: {e}");
-        }
     }
 }

@@ -25,6 +25,7 @@
 mod arena;
 mod config;
 mod far;
+mod heap;
 mod libc_alloc;
 mod live;
 mod mem_limit;
@@ -47,7 +48,18 @@ static GLOBAL: libc_alloc::LibcAlloc = libc_alloc::LibcAlloc;
 #[link_section = ".init_array"]
 static CONFIGURE: extern "C" fn() = {
     extern "C" fn configure() {
-        far::configure();
+        far::configure(far::Hooks { before: report::init_logging, ready });
     }
     configure
 };
+
+/// Once the far heap is made: the exit report, the live file, and, with
+/// `--mem`, the thread that follows the process's total.
+#[cfg(not(test))]
+fn ready(heap: &'static heap::Heap, cfg: &config::Config, start_rest_bytes: u64) {
+    report::at_exit();
+    live::start(report::stats_json);
+    if let Some(mem) = cfg.mem_bytes.filter(|_| cfg.trace_dir.is_none()) {
+        mem_limit::follow(heap, mem, start_rest_bytes);
+    }
+}

@@ -21,7 +21,7 @@
 //! a LIMIT too small for the rest of the process is then exceeded, with a
 //! warning, rather than the program stalling.
 
-use crate::far::Heap;
+use crate::heap::Heap;
 use memlend_fault::BUDGET_FLOOR_PAGES;
 use memlend_store::PAGE_SIZE;
 use std::time::Duration;

@@ -2,11 +2,8 @@
 //! node and second, and the report.
 
 use crate::measure::{by_kind, peak_rss_bytes, quantile_ms, Cost, Outcome, Report, WARMUP_S};
-use crate::node::node_id;
 use crate::sim::Sim;
-use memlend_pool::engine::{BorrowedState, LentState, Metrics};
-use memlend_wire::ctrl::{LeaseId, NodeId};
-use std::collections::BTreeSet;
+use memlend_pool::engine::Metrics;
 use std::time::Duration;
 
 pub(crate) fn report(sim: &Sim, wall: Duration) -> Report {
@@ -18,7 +15,7 @@ pub(crate) fn report(sim: &Sim, wall: Duration) -> Report {
     let mut lat = m.latencies_us.clone();
     lat.sort_unstable();
     let engine = engine_totals(sim);
-    let (stranded_end, leases_end) = stranded(sim);
+    let (stranded_end, leases_end) = crate::node::stranded(&sim.nodes);
     let up = || sim.nodes.iter().filter(|n| n.up);
     let need_end_bytes: u64 = up().map(|n| n.need_bytes).sum();
     let unmet_end_bytes: u64 =
@@ -91,32 +88,4 @@ fn engine_totals(sim: &Sim) -> Metrics {
         t.migrations += m.migrations;
     }
     t
-}
-
-/// Leases one side holds and the other does not list: (stranded, all
-/// leases held). A node that is down holds nothing. Grants not yet
-/// acknowledged and leases still binding are in flight, not stranded.
-pub(crate) fn stranded(sim: &Sim) -> (u64, u64) {
-    type Key = (NodeId, LeaseId, NodeId); // donor, lease, borrower
-    let mut donors: BTreeSet<Key> = BTreeSet::new();
-    let mut borrowers: BTreeSet<Key> = BTreeSet::new();
-    let (mut donors_all, mut borrowers_all) = (BTreeSet::new(), BTreeSet::new());
-    for n in sim.nodes.iter().filter(|n| n.up) {
-        let me = node_id(n.index);
-        for l in n.engine.lent() {
-            donors_all.insert((me, l.lease, l.borrower));
-            if !matches!(l.state, LentState::Granted { .. }) {
-                donors.insert((me, l.lease, l.borrower));
-            }
-        }
-        for b in n.engine.borrowed() {
-            borrowers_all.insert((b.donor, b.lease, me));
-            if b.state != BorrowedState::Binding {
-                borrowers.insert((b.donor, b.lease, me));
-            }
-        }
-    }
-    let lonely_lent = donors.difference(&borrowers_all).count();
-    let lonely_borrowed = borrowers.difference(&donors_all).count();
-    ((lonely_lent + lonely_borrowed) as u64, borrowers.len() as u64)
 }

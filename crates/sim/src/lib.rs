@@ -3,9 +3,11 @@
 //! simulated clock and a seeded network. The same parameters give the same
 //! run byte for byte (`Outcome::trace_hash` covers every datagram sent).
 //!
-//! `sim.rs` is the event loop, `node.rs` one node, `net.rs` the network,
+//! `sim.rs` is the event loop, `finish.rs` the report at the end,
+//! `node.rs` one node, `net.rs` the network, `partition.rs` a cut in it,
 //! `workload.rs` the memory traces, `measure.rs` what is counted and
-//! reported. `docs/scale.md` says what it measured.
+//! reported, `mirrors.rs` where mirrored borrows landed. `docs/scale.md`
+//! says what it measured.
 
 mod finish;
 mod measure;
@@ -23,7 +25,13 @@ pub use mirrors::MirrorOutcome;
 pub use net::NetParams;
 pub use partition::{Partition, PartitionOutcome, CHECK_AFTER_HEAL_S};
 pub use queue::EVENTS_MAX;
-pub use sim::run;
+/// Run one simulation to its end and report.
+pub fn run(p: &Params) -> Result<Report, String> {
+    p.check()?;
+    let started = std::time::Instant::now();
+    let sim = sim::simulate(p);
+    Ok(finish::report(&sim, started.elapsed()))
+}
 
 /// Largest cluster simulated: node addresses are 10.x.y.z.
 pub const NODES_MAX: usize = 1 << 20;

@@ -6,9 +6,10 @@
 use crate::rng::{mix, Rng};
 use crate::workload::Trace;
 use memlend_pool::classify::{Classifier, Thresholds};
-use memlend_pool::engine::{BorrowedState, Config, Engine, Metrics};
+use memlend_pool::engine::{BorrowedState, Config, Engine, LentState, Metrics};
 use memlend_pool::select::{make, SelectorKind};
-use memlend_wire::ctrl::{NodeId, ReplayGuard};
+use memlend_wire::ctrl::{LeaseId, NodeId, ReplayGuard};
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 
 /// The one local owner (process) that holds every lease of a node; with
@@ -183,4 +184,32 @@ pub fn index_of(addr: SocketAddr) -> Option<u32> {
         }
         _ => None,
     }
+}
+
+/// Leases one side holds and the other does not list: (stranded, all
+/// leases held). A node that is down holds nothing. Grants not yet
+/// acknowledged and leases still binding are in flight, not stranded.
+pub fn stranded(nodes: &[SimNode]) -> (u64, u64) {
+    type Key = (NodeId, LeaseId, NodeId); // donor, lease, borrower
+    let mut donors: BTreeSet<Key> = BTreeSet::new();
+    let mut borrowers: BTreeSet<Key> = BTreeSet::new();
+    let (mut donors_all, mut borrowers_all) = (BTreeSet::new(), BTreeSet::new());
+    for n in nodes.iter().filter(|n| n.up) {
+        let me = node_id(n.index);
+        for l in n.engine.lent() {
+            donors_all.insert((me, l.lease, l.borrower));
+            if !matches!(l.state, LentState::Granted { .. }) {
+                donors.insert((me, l.lease, l.borrower));
+            }
+        }
+        for b in n.engine.borrowed() {
+            borrowers_all.insert((b.donor, b.lease, me));
+            if b.state != BorrowedState::Binding {
+                borrowers.insert((b.donor, b.lease, me));
+            }
+        }
+    }
+    let lonely_lent = donors.difference(&borrowers_all).count();
+    let lonely_borrowed = borrowers.difference(&donors_all).count();
+    ((lonely_lent + lonely_borrowed) as u64, borrowers.len() as u64)
 }

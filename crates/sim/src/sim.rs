@@ -9,7 +9,7 @@ use crate::node::{ctrl_addr, index_of, SimNode, OWNER, OWNER_B};
 use crate::queue::Queue;
 use crate::rng::Rng;
 use crate::workload::Trace;
-use crate::{Params, Report};
+use crate::Params;
 use memlend_pool::engine::{kind, BorrowedState, Dest, Event, Output, Status, WANT_BYTES_MAX};
 use memlend_pool::monitor::Sample;
 use memlend_wire::ctrl::{self, Body, CtrlKey, Envelope, LeaseId, NodeId, DATAGRAM_BYTES_MAX};
@@ -69,10 +69,8 @@ pub(crate) struct Sim {
     domains: std::collections::HashMap<NodeId, String>,
 }
 
-/// Run one simulation to its end and report.
-pub fn run(p: &Params) -> Result<Report, String> {
-    p.check()?;
-    let started = std::time::Instant::now();
+/// Run one simulation (of checked parameters) to its end.
+pub(crate) fn simulate(p: &Params) -> Sim {
     let mut sim = Sim::new(p.clone());
     let end_us = p.seconds * S_US;
     // Bounded: every event lies at or after the current time, deliveries
@@ -86,7 +84,7 @@ pub fn run(p: &Params) -> Result<Report, String> {
         sim.handle(ev);
     }
     sim.now_us = end_us;
-    Ok(crate::finish::report(&sim, started.elapsed()))
+    sim
 }
 
 impl Sim {
@@ -190,7 +188,7 @@ impl Sim {
                 self.queue.push_timer(self.now_us + S_US, Ev::Oracle);
             }
             Ev::HealCheck => {
-                let (stranded, leases) = crate::finish::stranded(self);
+                let (stranded, leases) = crate::node::stranded(&self.nodes);
                 self.m.partition.stranded_after_heal = stranded;
                 self.m.partition.leases_after_heal = leases;
             }

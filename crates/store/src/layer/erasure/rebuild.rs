@@ -16,7 +16,7 @@
 use super::{Coded, FAILED, HEALTHY, REBUILDING};
 use crate::layer::mirror::SpareRequest;
 use crate::page_locks::LockSet;
-use crate::{StoreError, StoreResult, WriteOp, PAGE_SIZE};
+use crate::{StoreError, StoreResult};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,42 +91,4 @@ fn replace(c: &Coded, slot: usize) -> StoreResult<()> {
     let ms = started.elapsed().as_millis() as u64;
     tracing::info!(leg = %label, stripes, ms, "lost shard rebuilt");
     Ok(())
-}
-
-/// Write the slot's shard of `stripe`, if the stripe holds anything, on
-/// its own: the way for stripes a batch could not rebuild.
-pub(super) fn fill_stripe(c: &Coded, slot: usize, stripe: u64) -> StoreResult<bool> {
-    let k = c.k as u64;
-    let pages = stripe * k..((stripe + 1) * k).min(c.pages);
-    if !pages.clone().any(|p| c.written.get(p)) {
-        return Ok(false);
-    }
-    let _owned = c.locks.write(&c.stripe_lock(stripe));
-    let shard = match slot < c.k {
-        true => {
-            let p = stripe * k + slot as u64;
-            if p >= c.pages || !c.written.get(p) {
-                return Ok(false);
-            }
-            c.decode(stripe, slot)?
-        }
-        false => {
-            let mut data = Vec::with_capacity(c.k);
-            for j in 0..c.k {
-                let p = stripe * k + j as u64;
-                data.push(match p < c.pages && c.written.get(p) {
-                    true => c.current(stripe, j, p)?,
-                    false => vec![0u8; PAGE_SIZE],
-                });
-            }
-            let parity = reed_solomon_simd::encode(c.k, c.m, &data)
-                .map_err(|e| StoreError::Unavailable(format!("erasure coding: {e}")))?;
-            parity.into_iter().nth(slot - c.k).expect("m parity shards")
-        }
-    };
-    if let Err(e) = c.legs[slot].store().write(&[WriteOp { page: stripe, data: &shard }]) {
-        c.leg_failed(slot, &e, "rebuild");
-        return Err(e);
-    }
-    Ok(true)
 }

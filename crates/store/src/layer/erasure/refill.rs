@@ -1,6 +1,6 @@
-//! Filling a spare a run of stripes at a time (see `rebuild.rs`).
+//! Filling a spare (see `rebuild.rs`): a run of stripes at a time, and a
+//! stripe at a time where a run cannot vouch for its sources.
 
-use super::rebuild::fill_stripe;
 use super::{Coded, FAILED};
 use crate::page_locks::LockSet;
 use crate::{ReadOp, StoreError, StoreResult, WriteOp, PAGE_SIZE};
@@ -168,4 +168,42 @@ fn shard_of(
     }
     let parity = reed_solomon_simd::encode(k, c.m, &data).map_err(|_| ())?;
     Ok(parity.into_iter().nth(slot - k))
+}
+
+/// Write the slot's shard of `stripe`, if the stripe holds anything, on
+/// its own: the way for stripes a batch could not rebuild.
+fn fill_stripe(c: &Coded, slot: usize, stripe: u64) -> StoreResult<bool> {
+    let k = c.k as u64;
+    let pages = stripe * k..((stripe + 1) * k).min(c.pages);
+    if !pages.clone().any(|p| c.written.get(p)) {
+        return Ok(false);
+    }
+    let _owned = c.locks.write(&c.stripe_lock(stripe));
+    let shard = match slot < c.k {
+        true => {
+            let p = stripe * k + slot as u64;
+            if p >= c.pages || !c.written.get(p) {
+                return Ok(false);
+            }
+            c.decode(stripe, slot)?
+        }
+        false => {
+            let mut data = Vec::with_capacity(c.k);
+            for j in 0..c.k {
+                let p = stripe * k + j as u64;
+                data.push(match p < c.pages && c.written.get(p) {
+                    true => c.current(stripe, j, p)?,
+                    false => vec![0u8; PAGE_SIZE],
+                });
+            }
+            let parity = reed_solomon_simd::encode(c.k, c.m, &data)
+                .map_err(|e| StoreError::Unavailable(format!("erasure coding: {e}")))?;
+            parity.into_iter().nth(slot - c.k).expect("m parity shards")
+        }
+    };
+    if let Err(e) = c.legs[slot].store().write(&[WriteOp { page: stripe, data: &shard }]) {
+        c.leg_failed(slot, &e, "rebuild");
+        return Err(e);
+    }
+    Ok(true)
 }

@@ -1,0 +1,49 @@
+//! The far heap once made: one far-memory region and the arena that
+//! carves it into page-granular blocks (`far.rs` makes it, on the first
+//! large allocation).
+
+use crate::arena::Arena;
+use memlend_fault::Region;
+use memlend_store::PAGE_SIZE;
+use std::sync::{Mutex, MutexGuard};
+
+pub struct Heap {
+    pub region: Region,
+    arena: Mutex<Arena>,
+    pub describe: String,
+    /// The layers keeping second copies (with `--redundancy`), for the report.
+    pub copies: memlend_borrow::Copies,
+}
+
+impl Heap {
+    pub fn new(
+        region: Region,
+        pages: u64,
+        describe: String,
+        copies: memlend_borrow::Copies,
+    ) -> Heap {
+        Heap { region, arena: Mutex::new(Arena::new(pages)), describe, copies }
+    }
+
+    pub fn arena(&self) -> MutexGuard<'_, Arena> {
+        self.arena.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn addr(&self, page: u64) -> usize {
+        self.region.as_ptr() as usize + page as usize * PAGE_SIZE
+    }
+
+    pub fn page_of(&self, addr: usize) -> u64 {
+        ((addr - self.region.as_ptr() as usize) / PAGE_SIZE) as u64
+    }
+
+    /// Drop pages' contents: they read as zero after, cost no local budget
+    /// and hold nothing in the store. Called before pages go back to the
+    /// arena, so a new owner can never lose a write to it.
+    pub fn discard(&self, page: u64, pages: u64) {
+        let (off, len) = (page as usize * PAGE_SIZE, pages as usize * PAGE_SIZE);
+        if let Err(e) = self.region.discard(off, len) {
+            tracing::error!("discarding far pages {page}+{pages}: {e}");
+        }
+    }
+}
