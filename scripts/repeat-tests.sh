@@ -22,7 +22,7 @@ for i in $(seq 1 "$passes"); do
     result=$(echo "$out" | grep "test result" | tail -1)
     echo "pass $i/$passes $t: exit $rc in $(( $(date +%s) - start )) s; $result"
     if [ "$rc" -ne 0 ]; then
-      echo "$out" | grep -E "FAILED|panicked" | head -20
+      echo "$out" | grep -E -A6 "FAILED|panicked" | head -60
       echo "repeat-tests: pass $i of $passes failed in $t"
       exit 1
     fi

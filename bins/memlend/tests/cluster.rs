@@ -37,6 +37,7 @@ struct Node {
     child: Child,
     api: PathBuf,
     metrics: u16,
+    log: PathBuf,
 }
 
 impl Drop for Node {
@@ -59,25 +60,51 @@ impl Node {
             .args(["--metrics", &format!("127.0.0.1:{metrics}")])
             .arg("--api")
             .arg(&api)
-            .args(extra)
-            .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap());
+            .args(extra);
+        let log = dir.join(format!("{name}.log"));
+        cmd.stderr(std::fs::File::create(&log).unwrap());
         for s in seeds {
             cmd.args(["--seed", &format!("127.0.0.1:{s}")]);
         }
         let child = cmd.spawn().unwrap();
-        let node = Node { child, api, metrics };
+        let node = Node { child, api, metrics, log };
         wait(&format!("{name}'s API"), 10, || node.api.exists());
         node
     }
 
+    /// The daemon's status. A daemon slow to answer (a loaded CI machine)
+    /// is asked up to three times; one that died fails the test with its
+    /// exit status and the end of its log.
     fn status(&self) -> Value {
-        let out = Command::new(MEMLEND)
-            .args(["status", "--json", "--api"])
-            .arg(&self.api)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "status: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
+        let mut why = String::new();
+        for _ in 0..3 {
+            let out = Command::new(MEMLEND)
+                .args(["status", "--json", "--api"])
+                .arg(&self.api)
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return serde_json::from_slice(&out.stdout).unwrap();
+            }
+            why = String::from_utf8_lossy(&out.stderr).into_owned();
+            if !self.alive() {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!("the daemon is gone: {why}\n{}", tail.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        panic!("status failed three times: {why}");
+    }
+
+    /// Running (not exited, not a zombie waiting to be reaped).
+    fn alive(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()));
+        // The state follows the command name in parentheses.
+        stat.ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().to_string()))
+            .is_some_and(|rest| !rest.starts_with('Z'))
     }
 
     fn field(&self, name: &str) -> u64 {
