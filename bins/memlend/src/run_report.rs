@@ -78,6 +78,13 @@ pub fn print(
             reports.iter().filter_map(|r| r["block_pages"].as_u64()).max().unwrap_or(1),
         );
     }
+    if sum(reports, "shared_reads") > 0 {
+        eprintln!(
+            "memlend run: {} store reads also served {} other threads' faults read with them",
+            sum(reports, "shared_reads"),
+            sum(reports, "faults_read_along"),
+        );
+    }
     if sum(reports, "huge_collapsed") + sum(reports, "huge_failed") > 0 {
         eprintln!(
             "memlend run: huge pages: {} chunks of 2 MiB collapsed while every far page fit ({} failed)",

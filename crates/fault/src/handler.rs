@@ -143,7 +143,9 @@ impl Handler {
                     let is_fault = |msg: &&Msg| matches!(msg, Msg::Fault(_));
                     let events = msgs[..n].iter().filter(|msg| !is_fault(msg));
                     let faults = msgs[..n].iter().filter(is_fault);
+                    self.note_companions(&msgs[..n]);
                     events.chain(faults).for_each(|&msg| self.message(msg));
+                    self.blocks.companions.clear();
                 }
                 Err(e) => return Err(format!("poll: {e}")),
             }
@@ -211,6 +213,26 @@ impl Handler {
             Msg::Remove { start, end } => self.removed(start, end, false),
             Msg::Unmap { start, end } => self.removed(start, end, true),
             Msg::Remap { from, to, len } => self.remapped(from, to, len),
+        }
+    }
+
+    /// The missing-page faults of one read of the uffd: each may have its
+    /// page read along with another's (`resolve.rs`). Only when there are
+    /// two or more, and batching is on.
+    fn note_companions(&mut self, msgs: &[Msg]) {
+        self.blocks.companions.clear();
+        if self.blocks.companion_buf.is_none() {
+            return;
+        }
+        for msg in msgs {
+            let Msg::Fault(f) = msg else { continue };
+            let page = f.addr.wrapping_sub(self.base) / PAGE_SIZE;
+            if !f.wp && page < self.pages as usize {
+                self.blocks.companions.push((page as u32, f.write));
+            }
+        }
+        if self.blocks.companions.len() < 2 {
+            self.blocks.companions.clear();
         }
     }
 

@@ -57,24 +57,43 @@ const EPOCH_PROBES: u32 = 256;
 /// page of budget until eviction finds it.
 const ACCURACY_MIN_PCT: u64 = 30;
 
+/// Most other faults whose pages ride along with one fault's store read:
+/// one read of the uffd returns at most 16 messages.
+pub(crate) const COMPANIONS_MAX: usize = 15;
+
 /// What block reads own: the decision, and the pages read beside the
-/// faulting one with their buffer (`None` if blocks are off).
+/// faulting one with their buffer (`None` if blocks are off); and the
+/// other faults of the same batch of messages (`companions`, page and
+/// whether a write) whose pages may ride along with a fault's store read,
+/// with their buffer (`None` if that is off) and those riding now.
 pub(crate) struct Blocks {
     pub neighbours: Neighbours,
     pub buf: Option<crate::mem::PageBuf>,
     pub beside: Vec<u32>,
+    pub companions: Vec<(u32, bool)>,
+    pub companion_buf: Option<crate::mem::PageBuf>,
+    pub riding: Vec<(u32, bool)>,
 }
 
 impl Blocks {
-    /// Blocks of up to `pages_max` pages (below 2: none).
-    pub(crate) fn new(pages_max: usize) -> std::io::Result<Blocks> {
+    /// Blocks of up to `pages_max` pages (below 2: none); companions if
+    /// `batch_faults`.
+    pub(crate) fn new(pages_max: usize, batch_faults: bool) -> std::io::Result<Blocks> {
         let pages_max = pages_max.min(READ_BLOCK_PAGES_MAX);
         let buf = match pages_max {
             0 | 1 => None,
             pages => Some(crate::mem::PageBuf::new(pages)?),
         };
-        let beside = Vec::with_capacity(READ_BLOCK_PAGES_MAX);
-        Ok(Blocks { neighbours: Neighbours::new(pages_max), buf, beside })
+        let companion_buf =
+            batch_faults.then(|| crate::mem::PageBuf::new(COMPANIONS_MAX)).transpose()?;
+        Ok(Blocks {
+            neighbours: Neighbours::new(pages_max),
+            buf,
+            beside: Vec::with_capacity(READ_BLOCK_PAGES_MAX),
+            companions: Vec::with_capacity(COMPANIONS_MAX + 1),
+            companion_buf,
+            riding: Vec::with_capacity(COMPANIONS_MAX),
+        })
     }
 }
 

@@ -72,6 +72,10 @@ pub struct Tuning {
     pub pool_admits_all: bool,
     /// Record every fault in this file (`trace.rs`); see [`Tuning::tracing`].
     pub trace: Option<std::path::PathBuf>,
+    /// When one read of the uffd brings several threads' faults on pages
+    /// only the store holds, read them all with the first one's store read
+    /// (one round trip, not one each) and map them together (`resolve.rs`).
+    pub batch_fault_reads: bool,
     /// While every page held fits the budget, collapse 2 MiB chunks whose
     /// pages are all mapped writable into huge pages (`huge.rs`).
     pub huge_pages: bool,
@@ -89,6 +93,7 @@ impl Tuning {
             zero_ahead: false,
             compress: false,
             huge_pages: false,
+            batch_fault_reads: false,
             trace: Some(path),
             ..Tuning::default()
         }
@@ -147,6 +152,7 @@ impl Default for Tuning {
             pool_admits_all: false,
             trace: None,
             huge_pages: true,
+            batch_fault_reads: true,
         }
     }
 }
@@ -199,7 +205,7 @@ impl Region {
             0 => 0,
             _ => tuning.read_block_pages_max,
         };
-        let blocks = crate::read_block::Blocks::new(block_pages)
+        let blocks = crate::read_block::Blocks::new(block_pages, tuning.batch_fault_reads)
             .map_err(FaultError::os("mmap block buffer"))?;
         let reserve_pages = reserve_pages(config.budget_pages, staging_pages, window_pages);
         let staging =

@@ -3,7 +3,7 @@
 //! clean page, or a message for a page mapped meanwhile.
 
 use crate::handler::{Handler, Step};
-use crate::read_block::READ_BLOCK_PAGES_MAX;
+use crate::read_block::{COMPANIONS_MAX, READ_BLOCK_PAGES_MAX};
 use crate::state::PageState;
 use crate::stats::Counters;
 use crate::uffd::{Fault, Uffd};
@@ -221,8 +221,14 @@ impl Handler {
         latency.record_ns(elapsed_ns(reading));
         self.adapt_pool();
         match result {
-            Ok(()) => self.map_beside(),
-            Err(_) => self.blocks.beside.clear(),
+            Ok(()) => {
+                self.map_beside();
+                self.map_riders(reading);
+            }
+            Err(_) => {
+                self.blocks.beside.clear();
+                self.blocks.riding.clear();
+            }
         }
         self.undo_if_failed(page, PageState::InStore, fill, result)
     }
@@ -321,8 +327,97 @@ impl Handler {
                 Err(e) => tracing::debug!("fault handler: block read failed ({e}); page alone"),
             }
             self.blocks.beside.clear();
+        } else if self.pick_riders(page) {
+            match self.read_with_riders(page) {
+                Ok(()) => return Ok(()),
+                Err(e) => tracing::debug!("fault handler: shared read failed ({e}); page alone"),
+            }
+            self.blocks.riding.clear();
         }
         self.read_page(page)
+    }
+
+    /// Choose the other faults of this batch whose pages only the store
+    /// holds (not on their way in, not being written back, not in the
+    /// pool) to read with `page`'s; true if any.
+    fn pick_riders(&mut self, page: u32) -> bool {
+        self.blocks.riding.clear();
+        for i in 0..self.blocks.companions.len() {
+            let (p, write) = self.blocks.companions[i];
+            let only_in_store = p != page
+                && self.table.get(p) == PageState::InStore
+                && !self.ahead.fetcher.holds(p)
+                && !self.eviction.writing.contains_key(&p)
+                && !self.zpool.as_ref().is_some_and(|pool| pool.holds(p))
+                && !self.blocks.riding.iter().any(|&(q, _)| q == p);
+            if only_in_store && self.blocks.riding.len() < COMPANIONS_MAX {
+                self.blocks.riding.push((p, write));
+            }
+        }
+        self.blocks.riding.sort_unstable();
+        !self.blocks.riding.is_empty()
+    }
+
+    /// One store read of `page` and the riders' pages, in page order.
+    fn read_with_riders(&mut self, page: u32) -> StoreResult<()> {
+        let Some(buf) = self.blocks.companion_buf.as_mut() else { return self.read_page(page) };
+        let mut ops = Vec::with_capacity(COMPANIONS_MAX + 1);
+        let mut own = Some(self.page_buf.bytes_mut(PAGE_SIZE));
+        let mut rest = buf.bytes_mut(self.blocks.riding.len() * PAGE_SIZE);
+        for &(p, _) in &self.blocks.riding {
+            if p > page {
+                if let Some(buf) = own.take() {
+                    ops.push(ReadOp { page: u64::from(page), buf });
+                }
+            }
+            let (buf, tail) = std::mem::take(&mut rest).split_at_mut(PAGE_SIZE);
+            rest = tail;
+            ops.push(ReadOp { page: u64::from(p), buf });
+        }
+        if let Some(buf) = own.take() {
+            ops.push(ReadOp { page: u64::from(page), buf });
+        }
+        self.store.read(&mut ops)
+    }
+
+    /// After the faulting page is mapped: map each rider's page as its own
+    /// fault would have (the copy wakes its thread; its message, read
+    /// already, then finds the page mapped). One that cannot be mapped now
+    /// is left to its own message, which reads it again.
+    fn map_riders(&mut self, reading: Instant) {
+        if self.blocks.riding.is_empty() {
+            return;
+        }
+        let riders = std::mem::take(&mut self.blocks.riding);
+        let buf = self.blocks.companion_buf.take().expect("a companion buffer when pages rode");
+        let bytes = buf.bytes(riders.len() * PAGE_SIZE);
+        let mut mapped = 0;
+        for (i, &(p, write)) in riders.iter().enumerate() {
+            // Nothing between the pick and here maps or writes back a page
+            // only the store holds; checked again all the same.
+            if self.table.get(p) != PageState::InStore || self.eviction.writing.contains_key(&p) {
+                continue;
+            }
+            self.make_room();
+            let writable = write || self.writable_fill();
+            let now = if writable { PageState::Dirty } else { PageState::Clean };
+            self.record_mapped(p, Fill::Store, now);
+            let addr = self.page_addr(p);
+            let page_bytes = &bytes[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+            let result = resolve(&self.uffd, addr, || self.uffd.copy(addr, page_bytes, !writable));
+            if self.undo_if_failed(p, PageState::InStore, Fill::Store, result).is_ok() {
+                self.counters.store_fault_latency.record_ns(elapsed_ns(reading));
+                if let Some(pool) = self.zpool.as_mut() {
+                    pool.remove(p); // a copy of nothing now that it is mapped
+                }
+                mapped += 1;
+            }
+        }
+        Counters::add(&self.counters.shared_reads, 1);
+        Counters::add(&self.counters.faults_read_along, mapped);
+        self.blocks.companion_buf = Some(buf);
+        self.blocks.riding = riders;
+        self.blocks.riding.clear();
     }
 
     /// One store read of `page` and the pages in `beside`, in page order.

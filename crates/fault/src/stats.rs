@@ -34,6 +34,8 @@ pub(crate) struct Counters {
     pub block_reads: AtomicU64,
     pub pages_read_beside: AtomicU64,
     pub block_pages: AtomicU64,
+    pub shared_reads: AtomicU64,
+    pub faults_read_along: AtomicU64,
     pub huge_collapsed: AtomicU64,
     pub huge_failed: AtomicU64,
     pub huge_failures_in_a_row: AtomicU64,
@@ -156,6 +158,11 @@ pub struct HandlerStats {
     pub block_reads: u64,
     pub pages_read_beside: u64,
     pub block_pages: u64,
+    /// Store reads that also read other threads' faulting pages (from the
+    /// same read of the uffd), and those faults, each mapped with them
+    /// (also counted in `faults_from_store`).
+    pub shared_reads: u64,
+    pub faults_read_along: u64,
     /// 2 MiB chunks collapsed into huge pages while every page held fit
     /// the budget, and collapses that failed (`huge.rs`).
     pub huge_collapsed: u64,
@@ -278,6 +285,8 @@ impl Counters {
             block_reads: self.block_reads.load(Relaxed),
             pages_read_beside: self.pages_read_beside.load(Relaxed),
             block_pages: self.block_pages.load(Relaxed),
+            shared_reads: self.shared_reads.load(Relaxed),
+            faults_read_along: self.faults_read_along.load(Relaxed),
             huge_collapsed: self.huge_collapsed.load(Relaxed),
             huge_failed: self.huge_failed.load(Relaxed),
             store_pages_mapped_writable: self.store_pages_mapped_writable.load(Relaxed),

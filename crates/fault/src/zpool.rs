@@ -427,6 +427,11 @@ impl ZPool {
         debug_assert_eq!(chunk, NONE, "a chain longer than a kept page");
     }
 
+    /// Whether the pool holds a copy of `page`.
+    pub(crate) fn holds(&self, page: u32) -> bool {
+        self.entries.contains_key(&page)
+    }
+
     /// A fault on `page`: if the pool holds it, decompress it into `out`
     /// (one page) and drop the entry. False if it is not here (or, which
     /// would be a bug, its bytes do not decompress to a page: logged, and

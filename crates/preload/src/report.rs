@@ -108,6 +108,7 @@ pub fn stats_json() -> Option<String> {
          \"fault_pool_latency_ns_p99\":{},\"fault_pool_latency_ns_p999\":{},\
          \"budget_pages\":{},\"peak_rss_bytes\":{},\"staging_waits\":{},\"staging_wait_ns\":{},\"pool_pages_skipped\":{},\
          \"block_reads\":{},\"pages_read_beside\":{},\"block_pages\":{},\
+         \"shared_reads\":{},\"faults_read_along\":{},\
          \"huge_collapsed\":{},\"huge_failed\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
@@ -134,6 +135,8 @@ pub fn stats_json() -> Option<String> {
         h.block_reads,
         h.pages_read_beside,
         h.block_pages,
+        h.shared_reads,
+        h.faults_read_along,
         h.huge_collapsed,
         h.huge_failed,
     );
