@@ -86,6 +86,10 @@ pub struct RunArgs {
     /// ran 0.88x all-local with 4 KiB pages. Eviction splits them again.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub huge_pages: String,
+    /// When several threads fault at once on pages only the store holds,
+    /// read their pages with one store read instead of one each.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub batch_faults: String,
     /// Record each process's page accesses into DIR/<pid>.trace, for
     /// `memlend replay`. The process then keeps only 1 MiB of far pages
     /// resident (so nearly every access faults) and runs far slower.
@@ -229,7 +233,8 @@ fn set_env(
         .env(shim::STATS_DIR, stats)
         .env(shim::COMPRESS, &a.compress)
         .env(shim::READ_BLOCK_PAGES, a.read_block.to_string())
-        .env(shim::HUGE_PAGES, &a.huge_pages);
+        .env(shim::HUGE_PAGES, &a.huge_pages)
+        .env(shim::BATCH_FAULTS, &a.batch_faults);
     match a.mem {
         Some(mem) => cmd.env(shim::MEM, mem.to_string()),
         None => cmd.env_remove(shim::MEM),

@@ -33,6 +33,8 @@ pub struct Config {
     pub read_block_pages_max: Option<usize>,
     /// Huge pages while every far page fits (`MEMLEND_HUGE_PAGES`).
     pub huge_pages: bool,
+    /// Faults read together share a store read.
+    pub batch_fault_reads: bool,
     /// The whole process stays within this (`MEMLEND_MEM`): the far budget
     /// is what the rest of the process leaves of it.
     pub mem_bytes: Option<u64>,
@@ -68,12 +70,10 @@ pub fn from_env() -> Result<Option<Config>> {
     let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;
     let prefetch_pages_max = pages(ENV_PREFETCH_MAX_PAGES)?;
     let read_block_pages_max = pages(memlend_borrow::env::READ_BLOCK_PAGES)?;
-    let huge_pages = match var(memlend_borrow::env::HUGE_PAGES).as_deref() {
-        None | Some("on") => true,
-        Some("off") => false,
-        Some(other) => bail!("{}={other}: expected on or off", memlend_borrow::env::HUGE_PAGES),
-    };
+    let huge_pages = on_off(memlend_borrow::env::HUGE_PAGES)?;
+    let batch_fault_reads = on_off(memlend_borrow::env::BATCH_FAULTS)?;
     Ok(Some(Config {
+        batch_fault_reads,
         local_bytes,
         far_bytes,
         threshold_bytes,
@@ -87,6 +87,15 @@ pub fn from_env() -> Result<Option<Config>> {
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
     }))
+}
+
+/// A switch that is on unless `name` says "off".
+fn on_off(name: &str) -> Result<bool> {
+    match var(name).as_deref() {
+        None | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => bail!("{name}={other}: expected on or off"),
+    }
 }
 
 fn var(name: &str) -> Option<String> {

@@ -140,6 +140,7 @@ fn build(cfg: &Config) -> Result<Heap> {
         compress: cfg.compress,
         pool_admits_all: cfg.pool_admits_all,
         huge_pages: cfg.huge_pages,
+        batch_fault_reads: cfg.batch_fault_reads,
         ..Tuning::default()
     };
     if let Some(pages) = cfg.read_block_pages_max {
