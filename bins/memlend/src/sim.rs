@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
+use memlend_sim::scenario::Scenario;
 use memlend_sim::{NetParams, Params, Partition, Report};
 
 #[derive(Args, Debug)]
@@ -45,13 +46,29 @@ pub struct SimArgs {
     /// heal, which must come before the end.
     #[arg(long, value_name = "START_S,HEAL_S,SHARE", value_parser = Partition::parse)]
     pub partition: Option<Partition>,
+    /// Scripted nodes instead of generated ones: a JSON file of each node's
+    /// memory, its own use and its far-memory jobs (`crates/sim/src/
+    /// scenario.rs`); the node count is the file's.
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<std::path::PathBuf>,
     /// Print a JSON array of reports instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: &SimArgs) -> Result<()> {
-    let counts = node_counts(&a.nodes)?;
+    let scenario = match &a.scenario {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            Some(Scenario::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?)
+        }
+        None => None,
+    };
+    let counts = match &scenario {
+        Some(s) => vec![s.nodes.len()],
+        None => node_counts(&a.nodes)?,
+    };
     let net =
         NetParams { latency_us: a.latency_us, jitter_us: a.jitter_us, loss: a.loss, dup: a.dup };
     let mut reports = Vec::new();
@@ -68,6 +85,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
             racks: a.racks,
             mirror: a.mirror,
             partition: a.partition,
+            scenario: scenario.clone(),
             ..Params::new(nodes, a.seconds, a.seed)
         };
         let r = memlend_sim::run(&p).map_err(anyhow::Error::msg)?;

@@ -17,6 +17,7 @@ mod node;
 mod partition;
 mod queue;
 mod rng;
+pub mod scenario;
 mod sim;
 mod workload;
 
@@ -55,6 +56,8 @@ pub struct Params {
     pub mirror: bool,
     /// One network partition, healed before the end.
     pub partition: Option<Partition>,
+    /// Scripted nodes instead of generated traces (`nodes` must match).
+    pub scenario: Option<scenario::Scenario>,
 }
 
 impl Params {
@@ -70,6 +73,7 @@ impl Params {
             racks: 0,
             mirror: false,
             partition: None,
+            scenario: None,
         }
     }
 
@@ -82,6 +86,13 @@ impl Params {
         }
         if self.racks > self.nodes {
             return Err(format!("racks must be at most the nodes, got {}", self.racks));
+        }
+        if let Some(s) = &self.scenario {
+            s.check()?;
+            if s.nodes.len() != self.nodes {
+                let n = s.nodes.len();
+                return Err(format!("the scenario has {n} nodes, the run {}", self.nodes));
+            }
         }
         if let Some(cut) = &self.partition {
             cut.check(self.seconds)?;

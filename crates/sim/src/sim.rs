@@ -97,7 +97,11 @@ impl Sim {
         let lenders = (p.nodes as f64 * p.lender_share).round() as usize;
         let nodes: Vec<SimNode> = (0..p.nodes)
             .map(|i| {
-                let trace = Trace::generate(&mut rng.fork(), i < lenders, p.seconds);
+                let mut fork = rng.fork();
+                let trace = match &p.scenario {
+                    Some(s) => Trace::scripted(&s.nodes[i]),
+                    None => Trace::generate(&mut fork, i < lenders, p.seconds),
+                };
                 SimNode::new(i as u32, trace, &mut rng, p.racks)
             })
             .collect();

@@ -27,6 +27,9 @@ pub struct Trace {
     wave_period_ms: f64,
     wave_phase: f64,
     bursts: Vec<Burst>,
+    /// A scripted node's jobs are far memory wanted on top of its use
+    /// (`scenario.rs`), not working sets that may or may not fit.
+    jobs_are_remote: bool,
 }
 
 impl Trace {
@@ -42,30 +45,66 @@ impl Trace {
                 wave_period_ms,
                 wave_phase,
                 bursts: Vec::new(),
+                jobs_are_remote: false,
             };
         }
         let base_frac = rng.range(0.45, 0.75);
         let wave_amp_frac = rng.range(0.10, 0.35);
         let bursts = bursts(rng, total_bytes, seconds);
-        Trace { total_bytes, base_frac, wave_amp_frac, wave_period_ms, wave_phase, bursts }
+        Trace {
+            total_bytes,
+            base_frac,
+            wave_amp_frac,
+            wave_period_ms,
+            wave_phase,
+            bursts,
+            jobs_are_remote: false,
+        }
+    }
+
+    /// A node of a scenario: steady use, and jobs that want far memory.
+    pub fn scripted(n: &crate::scenario::NodeScript) -> Trace {
+        const MIB: u64 = 1 << 20;
+        let total_bytes = n.memory_mib * MIB;
+        let bursts = n
+            .jobs
+            .iter()
+            .map(|j| Burst {
+                start_ms: j.start_s * 1_000,
+                end_ms: j.end_s * 1_000,
+                bytes: j.far_mib * MIB,
+            })
+            .collect();
+        Trace {
+            total_bytes,
+            base_frac: n.used_mib as f64 / n.memory_mib as f64,
+            wave_amp_frac: 0.0,
+            wave_period_ms: 1.0,
+            wave_phase: 0.0,
+            bursts,
+            jobs_are_remote: true,
+        }
     }
 
     /// What the node's work wants now, local or not.
     pub fn working_set_bytes(&self, now_ms: u64) -> u64 {
         let angle = self.wave_phase + std::f64::consts::TAU * now_ms as f64 / self.wave_period_ms;
         let frac = (self.base_frac + self.wave_amp_frac * angle.sin()).max(0.01);
-        let jobs: u64 = self
-            .bursts
-            .iter()
-            .filter(|b| b.start_ms <= now_ms && now_ms < b.end_ms)
-            .map(|b| b.bytes)
-            .sum();
-        (frac * self.total_bytes as f64) as u64 + jobs
+        (frac * self.total_bytes as f64) as u64 + self.jobs_bytes(now_ms)
+    }
+
+    fn jobs_bytes(&self, now_ms: u64) -> u64 {
+        let running = self.bursts.iter().filter(|b| b.start_ms <= now_ms && now_ms < b.end_ms);
+        running.map(|b| b.bytes).sum()
     }
 
     /// (local use, remote need): use is capped at the node's memory; what
     /// does not fit must be borrowed.
     pub fn used_and_need(&self, now_ms: u64) -> (u64, u64) {
+        if self.jobs_are_remote {
+            let used = (self.base_frac * self.total_bytes as f64) as u64;
+            return (used, self.jobs_bytes(now_ms));
+        }
         let ws = self.working_set_bytes(now_ms);
         (ws.min(self.total_bytes), ws.saturating_sub(self.total_bytes))
     }

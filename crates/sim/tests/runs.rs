@@ -81,3 +81,27 @@ fn nothing_is_stranded_30_s_after_a_partition_heals() {
     p.partition = Some(memlend_sim::Partition { heal_s: 70, ..cut });
     assert!(run(&p).is_err(), "a heal too late to check is refused");
 }
+
+/// A scripted scenario (`bench/scenarios/lab16.json`: 16 nodes of 256 MiB,
+/// 8 lending, 8 running a 64 MiB far job each in turn): every job is met,
+/// nothing is left unmet or stranded. A file that does not match the run,
+/// or does not make sense, is refused with a reason.
+#[test]
+fn a_scripted_scenario_runs_as_written() {
+    use memlend_sim::scenario::Scenario;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/scenarios/lab16.json");
+    let s = Scenario::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut p = Params::new(s.nodes.len(), 90, 1);
+    p.scenario = Some(s.clone());
+    let r = run(&p).expect("valid parameters").outcome;
+    assert!(r.demand_met >= 8, "{r:?}");
+    assert_eq!(r.unmet_end_bytes, 0, "{r:?}");
+    assert_eq!(r.stranded_end, 0, "{r:?}");
+    assert!(r.harvest_pct.is_some_and(|h| h > 90.0), "harvest {:?}", r.harvest_pct);
+    p.nodes = 15;
+    assert!(run(&p).unwrap_err().contains("16 nodes"));
+    let bad = r#"{"nodes": [{"memory_mib": 256, "used_mib": 300}]}"#;
+    assert!(Scenario::parse(bad).unwrap_err().contains("uses 300 MiB"));
+    let unknown = r#"{"nodes": [{"memory_mib": 256, "used_mib": 3, "colour": 1}]}"#;
+    assert!(Scenario::parse(unknown).unwrap_err().contains("colour"));
+}
