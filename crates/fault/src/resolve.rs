@@ -7,7 +7,7 @@ use crate::read_block::{COMPANIONS_MAX, READ_BLOCK_PAGES_MAX};
 use crate::state::PageState;
 use crate::stats::Counters;
 use crate::uffd::{Fault, Uffd};
-use memlend_store::{ReadOp, StoreResult, PAGE_SIZE};
+use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -361,23 +361,9 @@ impl Handler {
     /// One store read of `page` and the riders' pages, in page order.
     fn read_with_riders(&mut self, page: u32) -> StoreResult<()> {
         let Some(buf) = self.blocks.companion_buf.as_mut() else { return self.read_page(page) };
-        let mut ops = Vec::with_capacity(COMPANIONS_MAX + 1);
-        let mut own = Some(self.page_buf.bytes_mut(PAGE_SIZE));
-        let mut rest = buf.bytes_mut(self.blocks.riding.len() * PAGE_SIZE);
-        for &(p, _) in &self.blocks.riding {
-            if p > page {
-                if let Some(buf) = own.take() {
-                    ops.push(ReadOp { page: u64::from(page), buf });
-                }
-            }
-            let (buf, tail) = std::mem::take(&mut rest).split_at_mut(PAGE_SIZE);
-            rest = tail;
-            ops.push(ReadOp { page: u64::from(p), buf });
-        }
-        if let Some(buf) = own.take() {
-            ops.push(ReadOp { page: u64::from(page), buf });
-        }
-        self.store.read(&mut ops)
+        let riders = self.blocks.riding.iter().map(|&(p, _)| p);
+        let rest = buf.bytes_mut(self.blocks.riding.len() * PAGE_SIZE);
+        read_in_order(&*self.store, page, self.page_buf.bytes_mut(PAGE_SIZE), riders, rest)
     }
 
     /// After the faulting page is mapped: map each rider's page as its own
@@ -423,23 +409,9 @@ impl Handler {
     /// One store read of `page` and the pages in `beside`, in page order.
     fn read_with_beside(&mut self, page: u32) -> StoreResult<()> {
         let Some(block) = self.blocks.buf.as_mut() else { return self.read_page(page) };
-        let mut ops = Vec::with_capacity(READ_BLOCK_PAGES_MAX);
-        let mut own = Some(self.page_buf.bytes_mut(PAGE_SIZE));
-        let mut rest = block.bytes_mut(self.blocks.beside.len() * PAGE_SIZE);
-        for &p in &self.blocks.beside {
-            if p > page {
-                if let Some(buf) = own.take() {
-                    ops.push(ReadOp { page: u64::from(page), buf });
-                }
-            }
-            let (buf, tail) = std::mem::take(&mut rest).split_at_mut(PAGE_SIZE);
-            rest = tail;
-            ops.push(ReadOp { page: u64::from(p), buf });
-        }
-        if let Some(buf) = own.take() {
-            ops.push(ReadOp { page: u64::from(page), buf });
-        }
-        self.store.read(&mut ops)
+        let beside = self.blocks.beside.iter().copied();
+        let rest = block.bytes_mut(self.blocks.beside.len() * PAGE_SIZE);
+        read_in_order(&*self.store, page, self.page_buf.bytes_mut(PAGE_SIZE), beside, rest)
     }
 
     /// After the faulting page is mapped (its thread woken): map the pages
@@ -497,4 +469,31 @@ pub(crate) fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Resu
         }
     }
     last
+}
+
+/// One store read of `page` into `own` and of `others` (ascending, without
+/// `page`) into consecutive pages of `rest`, all in page order.
+fn read_in_order(
+    store: &dyn PageStore,
+    page: u32,
+    own: &mut [u8],
+    others: impl Iterator<Item = u32>,
+    mut rest: &mut [u8],
+) -> StoreResult<()> {
+    let mut ops = Vec::with_capacity(READ_BLOCK_PAGES_MAX.max(COMPANIONS_MAX) + 1);
+    let mut own = Some(own);
+    for p in others {
+        if p > page {
+            if let Some(buf) = own.take() {
+                ops.push(ReadOp { page: u64::from(page), buf });
+            }
+        }
+        let (buf, tail) = std::mem::take(&mut rest).split_at_mut(PAGE_SIZE);
+        rest = tail;
+        ops.push(ReadOp { page: u64::from(p), buf });
+    }
+    if let Some(buf) = own.take() {
+        ops.push(ReadOp { page: u64::from(page), buf });
+    }
+    store.read(&mut ops)
 }

@@ -116,9 +116,9 @@ proptest! {
     }
 }
 
-#[test]
-fn every_bit_flip_and_every_truncation_is_refused() {
-    let hb = Heartbeat {
+/// A server's heartbeat with no leases and no domain.
+fn sample_heartbeat() -> Heartbeat {
+    Heartbeat {
         name: "node-a".into(),
         class: NodeClass::Server,
         total_bytes: 1,
@@ -127,9 +127,15 @@ fn every_bit_flip_and_every_truncation_is_refused() {
         borrowed_bytes: 4,
         available_bytes: 5,
         data_addr: "10.0.0.1:7070".parse().unwrap(),
-        leases: vec![LeaseReport { donor: 5, lease_id: 6, pages_per_s: 7 }],
-        domain: "rack-1".into(),
-    };
+        leases: vec![],
+        domain: String::new(),
+    }
+}
+
+#[test]
+fn every_bit_flip_and_every_truncation_is_refused() {
+    let leases = vec![LeaseReport { donor: 5, lease_id: 6, pages_per_s: 7 }];
+    let hb = Heartbeat { leases, domain: "rack-1".into(), ..sample_heartbeat() };
     let d = enc(&env(Body::Heartbeat(hb)));
     for bit in 0..d.len() * 8 {
         let mut bad = d.clone();
@@ -232,18 +238,7 @@ fn the_sender_table_is_bounded() {
 /// unknown flag, or an empty label under the flag are refused.
 #[test]
 fn the_domain_label_is_flagged_and_optional() {
-    let plain = Heartbeat {
-        name: "node-a".into(),
-        class: NodeClass::Server,
-        total_bytes: 1,
-        used_bytes: 2,
-        lent_bytes: 3,
-        borrowed_bytes: 4,
-        available_bytes: 5,
-        data_addr: "10.0.0.1:7070".parse().unwrap(),
-        leases: vec![],
-        domain: String::new(),
-    };
+    let plain = sample_heartbeat();
     let racked = Heartbeat { domain: "rack-7".into(), ..plain.clone() };
     let d0 = enc(&env(Body::Heartbeat(plain)));
     let d1 = enc(&env(Body::Heartbeat(racked.clone())));
