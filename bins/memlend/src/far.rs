@@ -7,7 +7,7 @@ use crate::verify::pattern;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memlend_borrow::{Placement, Redundancy};
-use memlend_fault::{Region, RegionConfig};
+use memlend_fault::{Region, RegionConfig, Tuning};
 use memlend_node::size::{human, parse_pages};
 use memlend_store::PAGE_SIZE;
 use std::path::PathBuf;
@@ -40,6 +40,10 @@ pub struct FarArgs {
     /// pages: many faulters at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
+    /// Faults of several threads that arrive together share a store read
+    /// (as `memlend run --batch-faults`).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub batch_faults: String,
     /// Keep touching random pages (checking each) for this many seconds
     /// after the passes: long enough for a donor to reclaim mid-run.
     #[arg(long, default_value_t = 0)]
@@ -106,7 +110,9 @@ pub fn run(a: &FarArgs) -> Result<()> {
         budget_pages: a.local as usize,
         ..RegionConfig::default()
     };
-    let region = Region::new(cfg, Arc::clone(&store)).context("far-memory region")?;
+    let tuning = Tuning { batch_fault_reads: a.batch_faults == "on", ..Tuning::default() };
+    let region =
+        Region::with_tuning(cfg, tuning, Arc::clone(&store)).context("far-memory region")?;
     // SAFETY: the region maps `len()` bytes for as long as `region` lives,
     // and only this function and the threads it scopes touch it, through
     // its borrows; userfaultfd supplies every page.
