@@ -71,6 +71,10 @@ typedef struct memlend_config {
     const char *key_path;       /* the cluster key file (0600), for donors */
     uint32_t evict_batch_pages; /* pages per eviction write; 0 = default */
     uint32_t flags;             /* none defined yet: must be 0 */
+    /* Version 2 (64 bytes on LP64): */
+    const char *layers;         /* named layers over the store, outermost
+                                   first: "checksum,stats" (known: checksum,
+                                   crypt, stats), or NULL/"" for none */
 } memlend_config;
 
 /* A region's counters. Set struct_size = sizeof(memlend_stats) before the

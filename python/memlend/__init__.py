@@ -54,6 +54,7 @@ class _Config(ctypes.Structure):
         ("key_path", ctypes.c_char_p),
         ("evict_batch_pages", ctypes.c_uint32),
         ("flags", ctypes.c_uint32),
+        ("layers", ctypes.c_char_p),
     ]
 
 
@@ -194,13 +195,15 @@ class Region:
                or /var/tmp. The file is unlinked at once.
     key     -- the cluster key file for the donors (mode 0600).
     insecure -- talk to donors that run without a key.
+    layers  -- named layers over the store, outermost first: "checksum,stats"
+               (known: checksum, crypt, stats), or None.
 
     Raises memlend.Error with the library's message if the region cannot be
     made (bad size or budget, unreachable donor, wrong key, no space).
     """
 
     def __init__(self, size, budget, donors=None, ssd=None, key=None, insecure=False,
-                 evict_batch_pages=0):
+                 evict_batch_pages=0, layers=None):
         cfg = _Config()
         _lib.memlend_config_init(ctypes.byref(cfg))
         if int(size) < 0 or int(budget) < 0:
@@ -208,8 +211,9 @@ class Region:
         cfg.size_bytes = int(size)
         cfg.budget_bytes = int(budget)
         # Keep the encoded strings referenced until create returns.
-        keep = (_cstr(donors, "donors"), _cstr(ssd, "ssd"), _cstr(key, "key"))
-        cfg.donors, cfg.ssd_path, cfg.key_path = keep
+        keep = (_cstr(donors, "donors"), _cstr(ssd, "ssd"), _cstr(key, "key"),
+                _cstr(layers, "layers"))
+        cfg.donors, cfg.ssd_path, cfg.key_path, cfg.layers = keep
         cfg.insecure = 1 if insecure else 0
         cfg.evict_batch_pages = int(evict_batch_pages)
         err = ctypes.create_string_buffer(1024)

@@ -96,6 +96,11 @@ class NumpyOnFarMemory(Base):
             self.assertEqual(st["region_pages"], size // memlend.PAGE_SIZE)
         self.assertEqual(os.listdir(self.dir), [], "the SSD file is unlinked")
 
+    def test_named_layers_over_an_ssd_keep_every_page(self):
+        with memlend.Region(32 * MiB, 8 * MiB, ssd=self.dir, layers="checksum,crypt") as r:
+            self.assertTrue(r.placement().endswith(", layers checksum,crypt"), r.placement())
+            self.fill_sum_and_shuffle(r, 8 * MiB)
+
     @unittest.skipUnless(DONOR, "MEMLEND_TEST_DONOR is not set")
     def test_array_four_times_the_budget_on_a_donor(self):
         with memlend.Region(32 * MiB, 8 * MiB, donors=[DONOR], insecure=True) as r:
@@ -232,6 +237,10 @@ class Errors(Base):
     def test_unreachable_donor_is_named(self):
         with self.assertRaisesRegex(memlend.Error, r"127\.0\.0\.1:1\b"):
             memlend.Region(4 * MiB, 1 * MiB, donors="127.0.0.1:1", insecure=True)
+
+    def test_an_unknown_layer_is_refused_with_the_known_ones(self):
+        with self.assertRaisesRegex(memlend.Error, r"\"zip\" is not a layer \(known: checksum"):
+            memlend.Region(4 * MiB, 1 * MiB, ssd=self.dir, layers="zip")
 
     def test_donors_without_key_or_insecure_are_refused(self):
         with self.assertRaisesRegex(memlend.Error, "key"):

@@ -9,6 +9,7 @@ use clap::Args;
 use memlend_borrow::{Placement, Redundancy};
 use memlend_fault::{Region, RegionConfig, Tuning};
 use memlend_node::size::{human, parse_pages};
+use memlend_store::layer::Stack;
 use memlend_store::PAGE_SIZE;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -64,9 +65,18 @@ pub struct FarArgs {
     /// encrypted (AES-256-GCM) with a key that never leaves this process.
     #[arg(long)]
     pub no_encrypt: bool,
+    /// Named layers over the store, outermost first, e.g. `checksum,stats`
+    /// (known: checksum, crypt, stats); each one's report is printed at the end.
+    #[arg(long, value_name = "SPEC")]
+    pub layers: Option<Stack>,
 }
 
 fn placement(a: &FarArgs) -> Placement {
+    Placement { layers: a.layers.clone().unwrap_or_default(), ..where_to(a) }
+}
+
+/// Where the pages go, from the flags.
+fn where_to(a: &FarArgs) -> Placement {
     if let Some(api) = &a.pool {
         let api = if api.as_os_str().is_empty() {
             memlend_borrow::open::cluster::default_api_path()
@@ -164,6 +174,9 @@ pub fn run(a: &FarArgs) -> Result<()> {
     }
     if a.hold_s > 0 {
         println!("  longest touch while held: {longest_touch_ms} ms");
+    }
+    for report in &opened.reports {
+        println!("  {}", report());
     }
     let m = opened.mirror_stats();
     if m.legs > 0 {

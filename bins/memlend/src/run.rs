@@ -8,6 +8,7 @@ use clap::Args;
 use memlend_borrow::env as shim;
 use memlend_borrow::{Placement, Redundancy};
 use memlend_node::size::{human, parse_size};
+use memlend_store::layer::Stack;
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,10 @@ pub struct RunArgs {
     /// with a key that never leaves the process).
     #[arg(long)]
     pub no_encrypt: bool,
+    /// Named layers over each far store, outermost first, e.g.
+    /// `checksum,stats` (known: checksum, crypt, stats); see `memlend far`.
+    #[arg(long, value_name = "SPEC")]
+    pub layers: Option<Stack>,
     /// Allocations from this size up go to far memory.
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub threshold: u64,
@@ -134,6 +139,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
         pool,
         redundancy: a.redundancy,
         no_encrypt: a.no_encrypt,
+        layers: a.layers.clone().unwrap_or_default(),
     };
     let (where_, room) = preflight(&placement, a.far)?;
     let far = a.far.unwrap_or_else(|| default_far(local, room));

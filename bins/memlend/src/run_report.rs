@@ -126,6 +126,11 @@ pub fn print(
             sum(reports, "copy_pages_lost"),
         );
     }
+    for r in reports {
+        for line in r["layer_reports"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            eprintln!("memlend run: pid {}: {line}", r["pid"]);
+        }
+    }
 }
 
 fn print_pool(reports: &[Value]) {

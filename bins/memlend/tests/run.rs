@@ -24,6 +24,37 @@ fn a_c_program_on_an_ssd_file_matches_a_plain_run() {
     assert_eq!(left.len(), 1, "only the program is left, no page file: {left:?}");
 }
 
+/// Named layers (`--layers`) go over the far store of every process, the
+/// output is unchanged, and each layer reports at exit.
+#[test]
+fn named_layers_over_a_donor_change_nothing_the_program_sees_and_report() {
+    let donor = Donor::start("512M");
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("far_heap", dir.path());
+    let cmd = [prog.to_str().unwrap(), "96"];
+    let addr = donor.addr.to_string();
+    let opts = ["--local", "16M", "--donor", &addr, "--insecure", "--layers", "checksum,stats"];
+    let far = memlend_run(&opts, &cmd);
+    assert_same_output_and_far(&far, &plain_run(&cmd));
+    let err = text(&far.stderr);
+    assert!(err.contains(": checksum: 0 corrupt pages"), "{err}");
+    let stats =
+        err.lines().find(|l| l.contains(": stats: read ")).unwrap_or_else(|| panic!("{err}"));
+    let reads: u64 =
+        stats.split("read ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+    assert!(reads > 0, "the stats layer saw the store reads: {stats}");
+}
+
+#[test]
+fn an_unknown_layer_is_refused_before_the_program_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ssd = dir.path().to_str().unwrap();
+    let out = memlend_run(&["--local", "16M", "--ssd", ssd, "--layers", "checksum,lz5"], &["true"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("\"lz5\" is not a layer (known: checksum, crypt, stats)"), "{err}");
+}
+
 #[test]
 fn a_c_program_on_a_donor_matches_a_plain_run() {
     let donor = Donor::start("512M");

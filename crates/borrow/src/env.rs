@@ -15,6 +15,8 @@ pub const SSD: &str = "MEMLEND_SSD";
 pub const REDUNDANCY: &str = "MEMLEND_REDUNDANCY";
 /// "1": pages go to donors in plain text.
 pub const NO_ENCRYPT: &str = "MEMLEND_NO_ENCRYPT";
+/// Named layers over the far store, outermost first ("checksum,stats").
+pub const LAYERS: &str = "MEMLEND_LAYERS";
 /// Cluster key file.
 pub const KEY: &str = "MEMLEND_KEY";
 /// "1": donors without a key are fine.
@@ -56,7 +58,7 @@ use std::path::PathBuf;
 /// or `None` for a variable to remove (so that a value inherited from the
 /// parent does not leak through). Paths must already be absolute: the
 /// program may change directory before its first large allocation.
-pub fn placement_vars(p: &Placement) -> [(&'static str, Option<String>); 7] {
+pub fn placement_vars(p: &Placement) -> [(&'static str, Option<String>); 8] {
     let donors: Vec<String> = p.donors.iter().map(|d| d.to_string()).collect();
     let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     [
@@ -67,6 +69,7 @@ pub fn placement_vars(p: &Placement) -> [(&'static str, Option<String>); 7] {
         (POOL, path(&p.pool)),
         (REDUNDANCY, (p.redundancy != Redundancy::None).then(|| p.redundancy.to_string())),
         (NO_ENCRYPT, p.no_encrypt.then(|| "1".to_string())),
+        (LAYERS, (!p.layers.is_empty()).then(|| p.layers.to_string())),
     ]
 }
 
@@ -92,6 +95,10 @@ pub fn placement_from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Place
             None => Redundancy::None,
         },
         no_encrypt: var(NO_ENCRYPT).is_some_and(|v| v == "1"),
+        layers: match var(LAYERS) {
+            Some(v) => v.parse().with_context(|| format!("{LAYERS}={v}"))?,
+            None => Default::default(),
+        },
     })
 }
 
@@ -110,11 +117,19 @@ mod tests {
             pool: None,
             redundancy: Redundancy::Mirror,
             no_encrypt: true,
+            layers: "checksum,stats".parse().unwrap(),
         };
         let vars: HashMap<&str, Option<String>> = placement_vars(&p).into_iter().collect();
         assert_eq!(vars[POOL], None, "unset, not empty");
         let back = placement_from_vars(|name| vars.get(name).cloned().flatten()).unwrap();
         assert_eq!(format!("{back:?}"), format!("{p:?}"));
+    }
+
+    #[test]
+    fn an_unknown_layer_is_an_error_that_names_the_variable() {
+        let err = placement_from_vars(|n| (n == LAYERS).then(|| "checksum,zip".to_string()));
+        let msg = format!("{:#}", err.unwrap_err());
+        assert!(msg.contains(LAYERS) && msg.contains("\"zip\" is not a layer"), "{msg}");
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub mod open;
 
 pub use open::redundant::Redundancy;
 
+use memlend_store::layer::registry::Report;
+use memlend_store::layer::Stack;
 use memlend_store::PageStore;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -55,6 +57,8 @@ pub struct Placement {
     pub redundancy: Redundancy,
     /// Keep pages that leave this machine in plain text (see [`Placement::open`]).
     pub no_encrypt: bool,
+    /// Named layers over the store, outermost first (`--layers checksum,stats`).
+    pub layers: Stack,
 }
 
 /// A store opened for a placement.
@@ -66,6 +70,8 @@ pub struct Opened {
     /// The layers under the store that keep second copies, for their
     /// health counters.
     pub copies: Copies,
+    /// What the named layers (`Placement::layers`) say at the end of a run.
+    pub reports: Vec<Report>,
 }
 
 /// The mirrors and erasure-coded stores under a store.
@@ -85,6 +91,11 @@ impl Copies {
 }
 
 impl Opened {
+    /// A store as opened, before the named layers go on.
+    pub fn new(store: Arc<dyn PageStore>, pages: u64, describe: String, copies: Copies) -> Self {
+        Opened { store, pages, describe, copies, reports: Vec::new() }
+    }
+
     pub fn mirror_stats(&self) -> memlend_store::layer::MirrorStats {
         self.copies.stats()
     }

@@ -15,7 +15,11 @@ const DEFAULT_EVICT_BATCH_PAGES: usize = 32;
 /// A config larger than this is garbage, not a newer header.
 const STRUCT_SIZE_MAX: usize = 4096;
 
-/// As in `include/memlend.h`. Version 1 is 56 bytes on LP64.
+/// Version 1 of the struct, on LP64: a caller built against that header
+/// passes this many bytes, and the fields after them keep their defaults.
+const V1_BYTES: usize = 56;
+
+/// As in `include/memlend.h`. Version 2 (64 bytes on LP64) adds `layers`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct memlend_config {
@@ -28,6 +32,7 @@ pub struct memlend_config {
     pub key_path: *const c_char,
     pub evict_batch_pages: u32,
     pub flags: u32,
+    pub layers: *const c_char,
 }
 
 impl Default for memlend_config {
@@ -42,6 +47,7 @@ impl Default for memlend_config {
             key_path: std::ptr::null(),
             evict_batch_pages: 0,
             flags: 0,
+            layers: std::ptr::null(),
         }
     }
 }
@@ -67,7 +73,7 @@ pub unsafe fn read(cfg: *const memlend_config) -> Result<Settings, String> {
     // SAFETY: non-NULL; every version starts with the u32 struct_size.
     let size = unsafe { std::ptr::addr_of!((*cfg).struct_size).read() } as usize;
     let ours = std::mem::size_of::<memlend_config>();
-    if size < ours {
+    if size < V1_BYTES {
         return Err(format!(
             "config struct_size is {size}, expected {ours}: call memlend_config_init() first"
         ));
@@ -89,12 +95,30 @@ pub unsafe fn read(cfg: *const memlend_config) -> Result<Settings, String> {
             ));
         }
     }
-    // SAFETY: at least `ours` bytes are readable, checked above.
-    let c = unsafe { cfg.read() };
+    // An older caller's struct is a prefix of ours: the rest keeps the
+    // defaults.
+    let mut c = memlend_config::default();
+    // SAFETY: `min(size, ours)` bytes are readable at `cfg` (checked above)
+    // and writable at `c`; the two do not overlap; every field is an integer
+    // or a pointer, so any bytes the caller wrote are a valid value.
+    unsafe {
+        std::ptr::copy_nonoverlapping(cfg.cast::<u8>(), (&raw mut c).cast::<u8>(), size.min(ours))
+    };
+    c.struct_size = ours as u32;
     // SAFETY: the caller's promise: each string is NULL or NUL-terminated.
-    let (donors, ssd, key) =
-        unsafe { (text::read(c.donors), text::read(c.ssd_path), text::read(c.key_path)) };
-    check(&c, donors, ssd, key)
+    let (donors, ssd, key, layers) = unsafe {
+        (text::read(c.donors), text::read(c.ssd_path), text::read(c.key_path), text::read(c.layers))
+    };
+    let mut settings = check(&c, donors, ssd, key)?;
+    settings.placement.layers = parse_layers(layers)?;
+    Ok(settings)
+}
+
+/// NULL or "" is no layer; else a spec such as "checksum,stats".
+fn parse_layers(spec: Option<&CStr>) -> Result<memlend_store::layer::Stack, String> {
+    let Some(spec) = spec else { return Ok(Default::default()) };
+    let spec = spec.to_str().map_err(|_| "layers is not UTF-8".to_string())?;
+    spec.parse().map_err(|e| format!("layers: {e}"))
 }
 
 fn check(
@@ -185,8 +209,30 @@ mod tests {
     }
 
     #[test]
-    fn v1_is_56_bytes() {
-        assert_eq!(std::mem::size_of::<memlend_config>(), 56);
+    fn v2_is_64_bytes_and_v1_its_prefix() {
+        assert_eq!(std::mem::size_of::<memlend_config>(), 64);
+        assert_eq!(std::mem::offset_of!(memlend_config, layers), V1_BYTES);
+    }
+
+    #[test]
+    fn a_version_1_caller_gets_no_layers_and_a_v2_caller_the_ones_it_names() {
+        let mut c = cfg(1 << 20, 8192);
+        c.layers = c"checksum,stats".as_ptr();
+        // SAFETY: `c` is a whole memlend_config whose strings are NUL-terminated.
+        let s = unsafe { read(&c) }.unwrap();
+        assert_eq!(s.placement.layers.to_string(), "checksum,stats");
+        c.struct_size = V1_BYTES as u32;
+        // SAFETY: as above; only the first 56 bytes are read.
+        let s = unsafe { read(&c) }.unwrap();
+        assert!(s.placement.layers.is_empty(), "a v1 struct has no layers field");
+        c.struct_size = (V1_BYTES - 8) as u32;
+        // SAFETY: as above.
+        assert!(unsafe { read(&c) }.unwrap_err().contains("memlend_config_init"));
+        c.struct_size = std::mem::size_of::<memlend_config>() as u32;
+        c.layers = c"checksum,gzip".as_ptr();
+        // SAFETY: as above.
+        let e = unsafe { read(&c) }.unwrap_err();
+        assert!(e.contains("layers:") && e.contains("\"gzip\" is not a layer"), "{e}");
     }
 
     #[test]

@@ -124,6 +124,32 @@ fn a_region_four_times_its_budget_on_ssd_reads_back_every_page() {
 }
 
 #[test]
+fn named_layers_go_over_the_store_and_every_page_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = passes(Link::Shared, &["region", "ssd", d, "32", "8", "", "checksum,crypt,stats"]);
+    assert!(out.contains("layers checksum,crypt,stats"), "{out}");
+    assert!(stat(&out, "from_store") > 0, "pages came back through the layers");
+}
+
+#[test]
+fn a_caller_built_against_version_1_of_the_config_still_makes_a_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let out =
+        passes(Link::Shared, &["region", "ssd", dir.path().to_str().unwrap(), "32", "8", "", "v1"]);
+    assert!(out.contains("placement: file ") && !out.contains("layers"), "{out}");
+}
+
+#[test]
+fn an_unknown_layer_is_refused_with_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out =
+        passes(Link::Shared, &["refuse", "is not a layer", "ssd", d, "65536", "", "checksum,gzip"]);
+    assert!(out.contains("known: checksum, crypt, stats"), "{out}");
+}
+
+#[test]
 fn a_region_on_a_memlendd_donor_reads_back_every_page() {
     let donor = Donor::start("128M", None);
     let addr = donor.addr.to_string();

@@ -169,7 +169,7 @@ fn build(cfg: &Config) -> Result<Heap> {
     // SAFETY: registers a plain function; it runs in the child after fork.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     tracing::info!(pages, budget_pages, "far memory on {}", opened.describe);
-    Ok(Heap::new(region, pages, opened.describe, opened.copies))
+    Ok(Heap::new(region, pages, opened.describe, opened.copies, opened.reports))
 }
 
 extern "C" fn after_fork_in_child() {

@@ -13,6 +13,8 @@ pub struct Heap {
     pub describe: String,
     /// The layers keeping second copies (with `--redundancy`), for the report.
     pub copies: memlend_borrow::Copies,
+    /// What the named layers (`memlend run --layers`) say, for the report.
+    pub reports: Vec<memlend_store::layer::registry::Report>,
 }
 
 impl Heap {
@@ -21,8 +23,9 @@ impl Heap {
         pages: u64,
         describe: String,
         copies: memlend_borrow::Copies,
+        reports: Vec<memlend_store::layer::registry::Report>,
     ) -> Heap {
-        Heap { region, arena: Mutex::new(Arena::new(pages)), describe, copies }
+        Heap { region, arena: Mutex::new(Arena::new(pages)), describe, copies, reports }
     }
 
     pub fn arena(&self) -> MutexGuard<'_, Arena> {

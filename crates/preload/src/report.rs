@@ -143,9 +143,13 @@ pub fn stats_json() -> Option<String> {
     let m = heap.copies.stats();
     let _ = write!(
         j,
-        "\"copy_legs\":{},\"copy_legs_failed\":{},\"copy_rebuilds\":{},\"copy_bad\":{},\"copy_pages_lost\":{}}}",
+        "\"copy_legs\":{},\"copy_legs_failed\":{},\"copy_rebuilds\":{},\"copy_bad\":{},\"copy_pages_lost\":{},",
         m.legs, m.leg_failures, m.rebuilds, m.bad_copies, m.lost_pages
     );
+    // The layers' lines are plain ASCII (names and numbers), which Debug
+    // quotes as JSON does.
+    let lines: Vec<String> = heap.reports.iter().map(|r| format!("{:?}", r())).collect();
+    let _ = write!(j, "\"layer_reports\":[{}]}}", lines.join(","));
     Some(j)
 }
 

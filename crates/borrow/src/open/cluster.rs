@@ -69,7 +69,7 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
         copies: copies.clone(),
     };
     spawn(handoff, tx, events, Arc::clone(&first.store))?;
-    Ok(Opened { store: Arc::new(store), pages, describe, copies })
+    Ok(Opened::new(Arc::new(store), pages, describe, copies))
 }
 
 /// The first segment, leased before the region opens.

@@ -22,7 +22,7 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
         let store = open_slab(addr, &cfg, pages.unwrap_or(each), encrypt)?;
         let pages = store.info().pages;
         let describe = format!("donor {addr}");
-        return Ok(Opened { store, pages, describe, copies: Default::default() });
+        return Ok(Opened::new(store, pages, describe, Default::default()));
     }
     let mut stores: Vec<Arc<dyn PageStore>> = Vec::new();
     for &addr in &p.donors {
@@ -31,7 +31,7 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
     let store = Stripe::new(stores, STRIPE_CHUNK_PAGES)?;
     let pages = pages.unwrap_or(store.info().pages);
     let describe = format!("{n} donors, striped");
-    Ok(Opened { store: Arc::new(store), pages, describe, copies: Default::default() })
+    Ok(Opened::new(Arc::new(store), pages, describe, Default::default()))
 }
 
 /// Bytes a stripe over the donors can hold now: the least free donor's

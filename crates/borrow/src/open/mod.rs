@@ -11,18 +11,24 @@ pub(crate) mod seal;
 pub(crate) mod ssd;
 
 use crate::{Opened, Placement, Redundancy};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 impl Placement {
     /// Open a store of `pages` pages, or, when `None`, as many as the place
     /// has room for, up to [`DEFAULT_MAX_PAGES`](crate::DEFAULT_MAX_PAGES). Pages that go to donors
     /// are encrypted here (AES-256-GCM, a fresh key per slab that never
     /// leaves this process; `open/seal.rs`), so a donor holds only ciphertext,
-    /// unless `no_encrypt`.
+    /// unless `no_encrypt`. The named layers (`layers`) go on top.
     pub fn open(&self, pages: Option<u64>) -> Result<Opened> {
         let mut opened = self.open_plain(pages)?;
         if self.encrypts() {
             opened.describe.push_str(", encrypted");
+        }
+        if !self.layers.is_empty() {
+            let built = self.layers.build(opened.store).context("building the named layers")?;
+            opened.store = built.store;
+            opened.reports = built.reports;
+            opened.describe.push_str(&format!(", layers {}", self.layers));
         }
         Ok(opened)
     }

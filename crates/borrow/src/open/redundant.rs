@@ -101,7 +101,7 @@ pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
     };
     let pages = pages.unwrap_or(store.info().pages);
     let copies = crate::Copies { mirrors: made, ..crate::Copies::default() };
-    Ok(Opened { store, pages, describe, copies })
+    Ok(Opened::new(store, pages, describe, copies))
 }
 
 /// Parity donors for `n` donors.
@@ -136,7 +136,7 @@ fn erasure(p: &Placement, pages: Option<u64>) -> Result<Opened> {
     let e = Arc::new(Erasure::new(legs, parity, pages, Some(spare))?);
     let describe = format!("{n} donors, erasure coded {k}+{m}");
     let copies = crate::Copies { erasures: vec![Arc::clone(&e)], ..crate::Copies::default() };
-    Ok(Opened { store: e, pages, describe, copies })
+    Ok(Opened::new(e, pages, describe, copies))
 }
 
 /// Mirror number `k`: its two legs and where its spares come from.

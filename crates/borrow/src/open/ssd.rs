@@ -49,7 +49,7 @@ fn create(path: &Path, pages: Option<u64>) -> Result<Opened> {
     // The open descriptor keeps the file; the name would only be left behind.
     std::fs::remove_file(path).with_context(|| format!("cannot unlink {}", path.display()))?;
     let describe = format!("file {} (unlinked)", path.display());
-    Ok(Opened { store: Arc::new(store), pages, describe, copies: Default::default() })
+    Ok(Opened::new(Arc::new(store), pages, describe, Default::default()))
 }
 
 /// O_DIRECT, so the pages sit on the disk and not in the page cache: a
@@ -75,7 +75,7 @@ fn open_device(path: &Path, pages: Option<u64>) -> Result<Opened> {
         .with_context(|| format!("cannot open {}", path.display()))?;
     let pages = store.info().pages;
     let describe = format!("device {}", path.display());
-    Ok(Opened { store: Arc::new(store), pages, describe, copies: Default::default() })
+    Ok(Opened::new(Arc::new(store), pages, describe, Default::default()))
 }
 
 fn free_pages(dir: &Path) -> Result<u64> {

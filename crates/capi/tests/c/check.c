@@ -18,6 +18,7 @@
 #include "memlend.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,7 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-_Static_assert(sizeof(memlend_config) == 56, "memlend_config v1 is 56 bytes");
+_Static_assert(sizeof(memlend_config) == 64, "memlend_config v2 is 64 bytes");
+_Static_assert(offsetof(memlend_config, layers) == 56, "memlend_config v1 is 56 bytes");
 _Static_assert(sizeof(memlend_stats) == 160, "memlend_stats v1 is 160 bytes");
 
 static int failures;
@@ -123,6 +125,12 @@ static int region(int argc, char **argv) {
         if (argc > 4 && argv[4][0]) cfg.key_path = argv[4];
         else cfg.insecure = 1;
     }
+    /* argv[5]: named layers, or "v1": a caller built against version 1. */
+    if (argc > 5 && strcmp(argv[5], "v1") == 0) {
+        cfg.struct_size = offsetof(memlend_config, layers);
+    } else if (argc > 5) {
+        cfg.layers = argv[5];
+    }
     char err[512];
     memlend_region *r = memlend_region_create(&cfg, err, sizeof err);
     if (!r) {
@@ -203,6 +211,7 @@ static int refuse(int argc, char **argv) {
     } else {
         cfg.ssd_path = argv[2];
     }
+    if (argc > 5) cfg.layers = argv[5];
     char err[512] = "untouched";
     memlend_region *r = memlend_region_create(&cfg, err, sizeof err);
     printf("error: %s\n", err);

@@ -11,6 +11,8 @@
 //! a sidecar per page for a store that has none (for `crypt`). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
+//! `registry` names the layers that wrap one store, so a stack is written
+//! as a spec (`checksum,stats`) and built in one place.
 
 pub mod checksum;
 pub mod concat;
@@ -23,6 +25,7 @@ pub mod local_tags;
 pub mod lost;
 pub mod mirror;
 pub mod on_demand;
+pub mod registry;
 pub mod relocate;
 pub mod stats;
 pub mod stripe;
@@ -36,6 +39,7 @@ pub use local_tags::LocalTags;
 pub use lost::Lost;
 pub use mirror::{Mirror, MirrorOptions, MirrorStats};
 pub use on_demand::OnDemand;
+pub use registry::Stack;
 pub use relocate::Relocatable;
 pub use stats::{OpSnapshot, Stats, StatsSnapshot};
 pub use stripe::Stripe;
