@@ -15,11 +15,14 @@ use memlend_store::PAGE_SIZE;
 impl Handler {
     /// `start..end` was madvised (`unmapped` false) or unmapped (true).
     pub(crate) fn removed(&mut self, start: usize, end: usize, unmapped: bool) {
-        let counter =
-            if unmapped { &self.counters.unmap_events } else { &self.counters.remove_events };
+        let counter = if unmapped {
+            &self.core.counters.unmap_events
+        } else {
+            &self.core.counters.remove_events
+        };
         Counters::add(counter, 1);
         let Some((first, count)) = self.pages_within(start, end) else {
-            self.discards.settled(start, end);
+            self.core.discards.settled(start, end);
             return;
         };
         // MADV_DONTNEED (all `Region::discard` uses) and munmap drop the
@@ -30,11 +33,11 @@ impl Handler {
         // write-protection, if any, is lifted by the next WP fault rather than
         // leaving the writer faulting for ever). If it was dropped after all,
         // its next fault reads zero and eviction finds nothing to move.
-        let dropped = unmapped || self.discards.is_discard(start, end);
+        let dropped = unmapped || self.core.discards.is_discard(start, end);
         if dropped {
             // Pages in flight to the store are dropped too; their write
             // may still land, on copies nothing reads (they are `Empty`).
-            let (table, range) = (&mut self.table, first..first + count);
+            let (table, range) = (&mut self.core.table, first..first + count);
             self.eviction.writing.retain(|&page, _| {
                 let keep = !range.contains(&page);
                 if !keep {
@@ -44,24 +47,24 @@ impl Handler {
             });
         }
         for page in first..first + count {
-            match self.table.get(page) {
-                PageState::Clean | PageState::Dirty if !dropped => self.table.dirtied(page),
-                _ => self.table.forget(page),
+            match self.core.table.get(page) {
+                PageState::Clean | PageState::Dirty if !dropped => self.core.table.dirtied(page),
+                _ => self.core.table.forget(page),
             }
         }
-        if let Some(pool) = self.zpool.as_mut() {
+        if let Some(pool) = self.core.zpool.as_mut() {
             pool.remove_range(first, count);
         }
-        self.table.compact_if_stale();
-        self.publish_resident();
-        Counters::add(&self.counters.pages_discarded, u64::from(count));
-        if let Err(e) = self.store.discard(u64::from(first), u64::from(count)) {
+        self.core.table.compact_if_stale();
+        self.core.publish_resident();
+        Counters::add(&self.core.counters.pages_discarded, u64::from(count));
+        if let Err(e) = self.core.store.discard(u64::from(first), u64::from(count)) {
             // Best effort: the pages are `Empty` or `Dirty` now, so the
             // stale copies are never read; the store only holds them longer.
-            Counters::add(&self.counters.store_discard_failures, 1);
+            Counters::add(&self.core.counters.store_discard_failures, 1);
             tracing::warn!("fault handler: store discard of {count} pages at {first} failed: {e}");
         }
-        self.discards.settled(start, end);
+        self.core.discards.settled(start, end);
     }
 
     /// mremap moved region memory: the region must not move (its pages are
@@ -72,20 +75,20 @@ impl Handler {
             "fault handler: region memory at {from:#x} was moved to {to:#x} ({len} bytes) \
              by mremap; regions must not be moved, those pages are no longer handled"
         );
-        Counters::add(&self.counters.remap_events, 1);
+        Counters::add(&self.core.counters.remap_events, 1);
     }
 
     /// The region's pages inside `start..end`, as (first, count); None if
     /// none are.
     fn pages_within(&self, start: usize, end: usize) -> Option<(u32, u32)> {
-        let region_end = self.base + self.pages as usize * PAGE_SIZE;
-        let start = start.max(self.base);
+        let region_end = self.core.base + self.core.pages as usize * PAGE_SIZE;
+        let start = start.max(self.core.base);
         let end = end.min(region_end);
         if start >= end {
             return None;
         }
-        let first = (start - self.base) / PAGE_SIZE;
-        let last = (end - self.base).div_ceil(PAGE_SIZE);
+        let first = (start - self.core.base) / PAGE_SIZE;
+        let last = (end - self.core.base).div_ceil(PAGE_SIZE);
         Some((first as u32, (last - first) as u32))
     }
 }

@@ -3,10 +3,10 @@
 //! ones are written to the store in one call on the write-back thread
 //! (`writeback.rs`) while the handler goes on.
 
-use crate::handler::Handler;
-use crate::resolve::resolve;
+use crate::shared::Core;
 use crate::state::PageState;
 use crate::stats::Counters;
+use crate::uffd::resolve;
 use crate::writeback::{Done, Job};
 use memlend_store::PAGE_SIZE;
 use std::io;
@@ -44,85 +44,69 @@ type Staged = (usize, u32);
 /// this slice only, not a whole batch.
 const AHEAD_BATCH_PAGES: usize = 8;
 
-impl Handler {
+impl Eviction {
     /// Nothing is pending but the region is within the low-water margin of
     /// its budget: evict now, so that the next fault finds room. The margin
     /// is never more than the pages held beyond the budget: a region whose
     /// pages all fit keeps them all mapped (with a fixed margin, a program
     /// that fit its budget exactly missed on every page of a scan).
-    pub(crate) fn wants_headroom(&self) -> bool {
-        let free = self.mapped_budget().saturating_sub(self.table.resident());
-        let over = self.table.held().saturating_sub(self.budget_pages);
-        let ready = !self.eviction.headroom_stalled && self.eviction.writer.free_half().is_some();
-        ready && free < self.eviction.low_water_pages.min(over)
+    pub(crate) fn wants_headroom(&self, core: &Core) -> bool {
+        let free = core.mapped_budget().saturating_sub(core.table.resident());
+        let over = core.table.held().saturating_sub(core.budget_pages);
+        let ready = !self.headroom_stalled && self.writer.free_half().is_some();
+        ready && free < self.low_water_pages.min(over)
     }
 
     /// One batch, ahead of need; the serve loop polls for faults between
     /// batches, so a fault waits for one batch at most.
-    pub(crate) fn evict_ahead(&mut self) {
-        let before = self.table.resident();
+    pub(crate) fn evict_ahead(&mut self, core: &mut Core) {
+        let before = core.table.resident();
         // On a slow store any write costs a round trip: take a whole batch.
-        let pages = if self.eviction.batch.slow() {
-            self.eviction.batch.pages()
-        } else {
-            AHEAD_BATCH_PAGES
-        };
-        self.evict(pages.min(self.eviction.batch.pages()));
-        Counters::add(&self.counters.eviction_batches_ahead, 1);
-        self.eviction.headroom_stalled = self.table.resident() >= before;
-        self.publish_resident();
+        let pages = if self.batch.slow() { self.batch.pages() } else { AHEAD_BATCH_PAGES };
+        self.evict(core, pages.min(self.batch.pages()));
+        Counters::add(&core.counters.eviction_batches_ahead, 1);
+        self.headroom_stalled = core.table.resident() >= before;
+        core.publish_resident();
     }
 
-    /// The most pages to keep mapped: the whole budget while the pages held
-    /// fit it; else the budget less the handler's buffers, which then hold
-    /// pages too (staged victims, windows being read).
-    pub(crate) fn mapped_budget(&self) -> usize {
-        if self.table.held() <= self.budget_pages {
-            return self.budget_pages;
-        }
-        let pool_pages = self.zpool.as_ref().map_or(0, |pool| pool.charged_pages());
-        (self.budget_pages - self.reserve_pages).saturating_sub(pool_pages).max(1)
-    }
-
-    pub(crate) fn make_room(&mut self) {
-        if self.table.resident() >= self.mapped_budget() {
-            self.evict_batch();
+    pub(crate) fn make_room(&mut self, core: &mut Core) {
+        if core.table.resident() >= core.mapped_budget() {
+            self.evict_batch(core);
         }
     }
 
     /// Move the oldest pages out of the region and hand the dirty ones to the
     /// write-back thread; clean and all-zero ones are settled at once.
-    pub(crate) fn evict_batch(&mut self) {
-        self.evict(self.eviction.batch.pages());
+    pub(crate) fn evict_batch(&mut self, core: &mut Core) {
+        self.evict(core, self.batch.pages());
     }
 
     /// Evict up to `batch_pages` (at most a staging half); nothing while
     /// write-backs are failing (`FailureLog::holding_off`).
-    pub(crate) fn evict(&mut self, batch_pages: usize) {
-        if self.eviction.failures.holding_off() {
+    pub(crate) fn evict(&mut self, core: &mut Core, batch_pages: usize) {
+        if self.failures.holding_off() {
             return;
         }
-        let half = self.free_half();
-        let first_slot = half * self.eviction.batch.max();
-        let mut victims = std::mem::take(&mut self.eviction.victims);
-        let unused =
-            self.table.take_victims(batch_pages.min(self.eviction.batch.max()), &mut victims);
-        Counters::add(&self.counters.prefetch_wasted, unused as u64);
-        let staged = self.stage(&mut victims, first_slot);
+        let half = self.free_half(core);
+        let first_slot = half * self.batch.max();
+        let mut victims = std::mem::take(&mut self.victims);
+        let unused = core.table.take_victims(batch_pages.min(self.batch.max()), &mut victims);
+        Counters::add(&core.counters.prefetch_wasted, unused as u64);
+        let staged = self.stage(core, &mut victims, first_slot);
         let mut dirty = Vec::with_capacity(staged);
-        let (clean, zero) = self.sort_staged(&victims[..staged], first_slot, &mut dirty);
-        self.eviction.victims = victims;
-        self.drop_clean(&clean);
+        let (clean, zero) = self.sort_staged(core, &victims[..staged], first_slot, &mut dirty);
+        self.victims = victims;
+        self.drop_clean(core, &clean);
         // With the pool on, the victims it admits go to the write-back
         // thread to be compressed there: clean ones with dirty ones, alone
         // when the pool wants them.
-        let wanted = match self.zpool.as_mut() {
+        let wanted = match core.zpool.as_mut() {
             Some(pool) => !dirty.is_empty() || pool.wants_clean_batch(),
             None => false,
         };
-        let (clean, pool_staged) = match self.zpool.as_ref() {
+        let (clean, pool_staged) = match core.zpool.as_ref() {
             Some(pool) if wanted => {
-                let table = &self.table;
+                let table = &core.table;
                 let admit = |&(_, page): &Staged| pool.admits(table.victim_from_main(page));
                 let pool_staged = dirty.iter().map(admit).collect();
                 (clean.into_iter().filter(|v| admit(v)).collect(), pool_staged)
@@ -132,75 +116,74 @@ impl Handler {
         // A page of zeroes needs no store copy: as Empty it is zero-filled
         // on the next touch, whatever the store holds.
         for &(_, page) in &zero {
-            self.table.emptied(page);
+            core.table.emptied(page);
         }
-        Counters::add(&self.counters.pages_zero_dropped, zero.len() as u64);
+        Counters::add(&core.counters.pages_zero_dropped, zero.len() as u64);
         if dirty.is_empty() && clean.is_empty() {
             self.clear_half(half);
             return;
         }
         for &(slot, page) in &dirty {
-            self.eviction.writing.insert(page, slot);
+            self.writing.insert(page, slot);
         }
-        self.eviction.writer.send(Job { half, staged: dirty, clean, pool_staged });
+        self.writer.send(Job { half, staged: dirty, clean, pool_staged });
     }
 
     /// A staging half no write-back holds, waiting for one if need be.
-    fn free_half(&mut self) -> usize {
-        self.settle_done();
-        if let Some(half) = self.eviction.writer.free_half() {
+    fn free_half(&mut self, core: &mut Core) -> usize {
+        self.settle_done(core);
+        if let Some(half) = self.writer.free_half() {
             return half;
         }
         let waiting = Instant::now();
-        let done = self.eviction.writer.wait().expect("no free half means a job is out");
-        Counters::add(&self.counters.staging_waits, 1);
-        Counters::add(&self.counters.staging_wait_ns, waiting.elapsed().as_nanos() as u64);
-        self.settle(done);
-        self.eviction.writer.free_half().expect("a job just finished")
+        let done = self.writer.wait().expect("no free half means a job is out");
+        Counters::add(&core.counters.staging_waits, 1);
+        Counters::add(&core.counters.staging_wait_ns, waiting.elapsed().as_nanos() as u64);
+        self.settle(core, done);
+        self.writer.free_half().expect("a job just finished")
     }
 
     /// Settle every write-back that has finished, without waiting.
-    pub(crate) fn settle_done(&mut self) {
-        while let Some(done) = self.eviction.writer.try_done() {
-            self.settle(done);
+    pub(crate) fn settle_done(&mut self, core: &mut Core) {
+        while let Some(done) = self.writer.try_done() {
+            self.settle(core, done);
         }
     }
 
     /// A write-back finished: its pages not faulted back or dropped since
     /// are in the store now or, if the write failed, go back where they were.
-    fn settle(&mut self, done: Done) {
+    fn settle(&mut self, core: &mut Core, done: Done) {
         let mut settled = Vec::with_capacity(done.staged.len());
         for &(slot, page) in &done.staged {
-            if self.eviction.writing.get(&page) == Some(&slot) {
-                self.eviction.writing.remove(&page);
+            if self.writing.get(&page) == Some(&slot) {
+                self.writing.remove(&page);
                 settled.push((slot, page));
             }
         }
         match done.result {
             Ok(()) => {
-                self.eviction.batch.observe(done.staged.len(), done.took);
-                self.intent.wrote_back(done.staged.len(), done.took);
+                self.batch.observe(done.staged.len(), done.took);
+                core.intent.wrote_back(done.staged.len(), done.took);
                 for &(_, page) in &settled {
-                    self.table.evicted(page);
+                    core.table.evicted(page);
                 }
-                Counters::add(&self.counters.eviction_batches, 1);
-                Counters::add(&self.counters.pages_written_back, done.staged.len() as u64);
-                self.eviction.failures.succeeded();
+                Counters::add(&core.counters.eviction_batches, 1);
+                Counters::add(&core.counters.pages_written_back, done.staged.len() as u64);
+                self.failures.succeeded();
             }
             Err(e) => {
-                self.eviction.failures.note(done.staged.len(), &e);
-                self.unstage(&settled);
+                self.failures.note(done.staged.len(), &e);
+                self.unstage(core, &settled);
             }
         }
-        self.pool_keep(&done.packed);
+        self.pool_keep(core, &done.packed);
         self.clear_half(done.half);
-        self.publish_resident();
+        core.publish_resident();
     }
 
     fn clear_half(&mut self, half: usize) {
-        let half_pages = self.eviction.batch.max();
-        if let Err(e) =
-            self.eviction.staging.discard(half * half_pages * PAGE_SIZE, half_pages * PAGE_SIZE)
+        let half_pages = self.batch.max();
+        if let Err(e) = self.staging.discard(half * half_pages * PAGE_SIZE, half_pages * PAGE_SIZE)
         {
             tracing::error!("fault handler: clearing staging failed: {e}");
         }
@@ -209,24 +192,29 @@ impl Handler {
     /// A fault on a page whose write-back is in flight: map its staging
     /// copy back, writable (its store copy may not be current). Its
     /// write-back result is ignored from now on.
-    pub(crate) fn refault_writing(&mut self, page: u32, slot: usize) -> io::Result<()> {
-        self.make_room();
-        if self.eviction.writing.get(&page) != Some(&slot) {
+    pub(crate) fn refault_writing(
+        &mut self,
+        core: &mut Core,
+        page: u32,
+        slot: usize,
+    ) -> io::Result<()> {
+        self.make_room(core);
+        if self.writing.get(&page) != Some(&slot) {
             // Settled while making room; the caller serves it by its state.
             return Err(io::Error::from_raw_os_error(libc::EINPROGRESS));
         }
-        self.eviction.writing.remove(&page);
-        self.table.evicted(page);
-        self.table.map(page, PageState::Dirty);
-        Counters::add(&self.counters.from_staging, 1);
-        let page_addr = self.page_addr(page);
-        let bytes = self.eviction.staging.present_pages(slot, 1);
-        let result = resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes, false));
+        self.writing.remove(&page);
+        core.table.evicted(page);
+        core.table.map(page, PageState::Dirty);
+        Counters::add(&core.counters.from_staging, 1);
+        let page_addr = core.page_addr(page);
+        let bytes = self.staging.present_pages(slot, 1);
+        let result = resolve(&core.uffd, page_addr, || core.uffd.copy(page_addr, bytes, false));
         if result.is_err() {
             // Still in flight, as far as anyone knows.
-            self.table.unmap_newest(page, PageState::Dirty);
-            self.counters.from_staging.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            self.eviction.writing.insert(page, slot);
+            core.table.unmap_newest(page, PageState::Dirty);
+            core.counters.from_staging.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.writing.insert(page, slot);
         }
         result
     }
@@ -237,6 +225,7 @@ impl Handler {
     /// second as (slot, page).
     fn sort_staged(
         &self,
+        core: &Core,
         staged: &[u32],
         first_slot: usize,
         dirty: &mut Vec<Staged>,
@@ -245,9 +234,9 @@ impl Handler {
         let mut zero = Vec::new();
         for (i, &page) in staged.iter().enumerate() {
             let slot = first_slot + i;
-            if self.table.get(page) == PageState::Clean {
+            if core.table.get(page) == PageState::Clean {
                 clean.push((slot, page));
-            } else if self.eviction.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
+            } else if self.staging.present_pages(slot, 1).iter().all(|&b| b == 0) {
                 zero.push((slot, page));
             } else {
                 dirty.push((slot, page));
@@ -258,12 +247,12 @@ impl Handler {
 
     /// Clean victims were never written since they came from the store,
     /// whose copy is still theirs: back to `InStore` with no write.
-    fn drop_clean(&mut self, clean: &[(usize, u32)]) {
+    fn drop_clean(&mut self, core: &mut Core, clean: &[(usize, u32)]) {
         for &(_, page) in clean {
-            self.table.evicted(page);
+            core.table.evicted(page);
         }
-        Counters::add(&self.counters.pages_clean_dropped, clean.len() as u64);
-        self.intent.unwritten(clean.len());
+        Counters::add(&core.counters.pages_clean_dropped, clean.len() as u64);
+        core.intent.unwritten(clean.len());
     }
 
     /// A job's compressed victims go into the pool if they are still
@@ -272,24 +261,24 @@ impl Handler {
     /// mapped and evicted again since is either not `InStore` now (mapped,
     /// or its newer write-back not settled) or was mapped only to be read
     /// (then its bytes never changed).
-    fn pool_keep(&mut self, packed: &crate::zpool::Packed) {
-        let Some(pool) = self.zpool.as_mut() else {
+    fn pool_keep(&mut self, core: &mut Core, packed: &crate::zpool::Packed) {
+        let Some(pool) = core.zpool.as_mut() else {
             return;
         };
-        let table = &self.table;
+        let table = &core.table;
         pool.insert_packed(packed, |page| table.get(page) == PageState::InStore);
     }
 
     /// The store refused the batch: map the staged (slot, page) pairs back
     /// where they were, writable; they are `Dirty` already.
-    fn unstage(&mut self, staged: &[(usize, u32)]) {
+    fn unstage(&mut self, core: &mut Core, staged: &[(usize, u32)]) {
         for &(slot, page) in staged {
-            match self.copy_back(slot, page) {
-                Ok(()) => self.table.requeue(page),
+            match self.copy_back(core, slot, page) {
+                Ok(()) => core.table.requeue(page),
                 Err(e) => {
                     tracing::error!("fault handler: page {page} lost, cannot restore: {e}");
-                    self.table.emptied(page);
-                    let _ = self.poison(page);
+                    core.table.emptied(page);
+                    let _ = core.poison(page);
                 }
             }
         }
@@ -300,14 +289,14 @@ impl Handler {
     /// serving, and only we can read that event; the staging descriptor has
     /// no events, and the kernel lets it COPY into any registered range.
     /// Its COPY wakes only its own waiters, so wake the region's.
-    fn copy_back(&self, slot: usize, page: u32) -> io::Result<()> {
-        let page_addr = self.page_addr(page);
-        let bytes = self.eviction.staging.present_pages(slot, 1);
-        match resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, bytes, false)) {
+    fn copy_back(&self, core: &Core, slot: usize, page: u32) -> io::Result<()> {
+        let page_addr = core.page_addr(page);
+        let bytes = self.staging.present_pages(slot, 1);
+        match resolve(&core.uffd, page_addr, || core.uffd.copy(page_addr, bytes, false)) {
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                let staging = &self.staging_uffd;
+                let staging = &core.staging_uffd;
                 resolve(staging, page_addr, || staging.copy(page_addr, bytes, false))?;
-                self.uffd.wake(page_addr, PAGE_SIZE)
+                core.uffd.wake(page_addr, PAGE_SIZE)
             }
             other => other,
         }

@@ -22,10 +22,10 @@ impl Handler {
         tracing::error!(
             "fault handler failed ({reason}): pages not mapped now raise SIGBUS when touched"
         );
-        Counters::add(&self.counters.handler_failures, 1);
-        let poisoned = self.poison_missing(self.base, self.pages as usize * PAGE_SIZE);
-        Counters::add(&self.counters.pages_poisoned, poisoned);
-        if let Err(e) = self.uffd.wake(self.base, self.pages as usize * PAGE_SIZE) {
+        Counters::add(&self.core.counters.handler_failures, 1);
+        let poisoned = self.poison_missing(self.core.base, self.core.pages as usize * PAGE_SIZE);
+        Counters::add(&self.core.counters.pages_poisoned, poisoned);
+        if let Err(e) = self.core.uffd.wake(self.core.base, self.core.pages as usize * PAGE_SIZE) {
             tracing::error!("fault handler: waking the region after failure failed: {e}");
         }
         self.drain(stop);
@@ -44,7 +44,7 @@ impl Handler {
             if addr >= end {
                 break;
             }
-            let (done, result) = self.uffd.poison_run(addr, end - addr);
+            let (done, result) = self.core.uffd.poison_run(addr, end - addr);
             poisoned += (done / PAGE_SIZE) as u64;
             addr += done;
             match result.map_err(|e| e.raw_os_error()) {
@@ -70,7 +70,7 @@ impl Handler {
     /// read events so their threads go on.
     fn drain(&mut self, stop: &PipeReader) {
         loop {
-            match uffd::wait(&self.uffd, stop, None, 1000) {
+            match uffd::wait(&self.core.uffd, stop, None, 1000) {
                 Ok(Ready::Stop) => return,
                 Ok(Ready::Faults) => self.drain_pending(),
                 Ok(Ready::Nothing | Ready::Bell) => {}
@@ -84,7 +84,7 @@ impl Handler {
 
     fn drain_pending(&mut self) {
         let mut msgs = [Msg::default(); 16];
-        let n = match self.uffd.read_msgs(&mut msgs) {
+        let n = match self.core.uffd.read_msgs(&mut msgs) {
             Ok(n) => n,
             Err(e) => {
                 tracing::error!("fault handler: read failed after failure: {e}");
@@ -98,14 +98,14 @@ impl Handler {
                     // thread faults again and is seen after the event.
                     let page_addr = fault.addr & !(PAGE_SIZE - 1);
                     if fault.wp {
-                        let _ = self.uffd.unprotect(page_addr, PAGE_SIZE);
-                    } else if self.uffd.poison_run(page_addr, PAGE_SIZE).0 > 0 {
-                        Counters::add(&self.counters.pages_poisoned, 1);
+                        let _ = self.core.uffd.unprotect(page_addr, PAGE_SIZE);
+                    } else if self.core.uffd.poison_run(page_addr, PAGE_SIZE).0 > 0 {
+                        Counters::add(&self.core.counters.pages_poisoned, 1);
                     }
-                    let _ = self.uffd.wake(page_addr, PAGE_SIZE);
+                    let _ = self.core.uffd.wake(page_addr, PAGE_SIZE);
                 }
                 Msg::Remove { start, end } | Msg::Unmap { start, end } => {
-                    self.discards.settled(start, end)
+                    self.core.discards.settled(start, end)
                 }
                 Msg::Remap { .. } => {}
             }

@@ -1,18 +1,18 @@
 //! The handler thread: reads fault messages and resolves each one, evicting a
-//! batch first when the resident budget is full. It alone owns the page
-//! table, so the state machine needs no locks.
+//! batch first when the resident budget is full. `Handler` joins the parts:
+//! the state they share (`shared::Core`: uffd, page table, store, counters),
+//! eviction, prefetch, block reads and huge pages, each owning its own. This
+//! thread alone owns all of it, so the state machine needs no locks.
 
-use crate::discards::Discards;
-use crate::state::PageTable;
+use crate::shared::{Core, Step};
 use crate::stats::Counters;
-use crate::uffd::{self, Fault, Msg, Ready, Uffd};
-use memlend_store::{PageStore, PAGE_SIZE};
+use crate::uffd::{self, Fault, Msg, Ready};
+use memlend_store::PAGE_SIZE;
 use std::io;
 use std::io::PipeReader;
 use std::os::fd::AsFd;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Poll wakes at least this often even with nothing to do.
@@ -24,61 +24,27 @@ const DEFERRED_POLL_MS: i32 = 1;
 /// instead and faults again.
 const DEFERRED_MAX: usize = 64;
 
-/// What became of a fault.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Step {
-    Done,
-    /// A UFFDIO call kept answering EAGAIN: an event (REMOVE, UNMAP) is
-    /// queued behind this fault, and until we read it the kernel refuses
-    /// to map pages. The message is consumed and its thread still waits.
-    Again,
-}
-
 pub(crate) struct Handler {
-    pub uffd: Uffd,
-    /// The staging mapping's own descriptor (see `Uffd::open_staging`);
-    /// UFFDIO_MOVE into staging is issued on it.
-    pub staging_uffd: Uffd,
-    /// Start of the region; pages are `base + page * PAGE_SIZE`.
-    pub base: usize,
-    pub pages: u32,
-    pub table: PageTable,
-    pub store: Arc<dyn PageStore>,
-    pub counters: Arc<Counters>,
-    pub discards: Arc<Discards>,
-    pub budget_pages: usize,
-    /// Kept out of the mapped pages while `held` exceeds the budget, for the
-    /// staging halves and the prefetch windows (`Region::reserved_pages`).
-    pub reserve_pages: usize,
+    /// What every part reads and changes: the uffd, the page table, the
+    /// store, the counters, the budget (`shared.rs`).
+    pub core: Core,
     /// The eviction's staging, write-back and batch state (`evict.rs`).
     pub eviction: crate::evict::Eviction,
     /// Prefetch along trends (`prefetch.rs`) and block reads around a miss
     /// (`read_block.rs`).
     pub ahead: crate::prefetch::Ahead,
     pub blocks: crate::read_block::Blocks,
-    /// Rung by the fetch and write-back threads when a job is done.
-    pub bell: Arc<crate::doorbell::Doorbell>,
-    /// One page: the target of store reads.
-    pub page_buf: crate::mem::PageBuf,
-    /// One page of zeroes, copied in for write faults on empty pages.
-    pub zero_page: Vec<u8>,
+    /// Huge pages while every page fits (`huge.rs`), if on.
+    pub huge: Option<crate::huge::Huge>,
     /// Faults to try again once pending events are read; at most
     /// `DEFERRED_MAX`.
     pub deferred: Vec<Fault>,
-    /// Whether store pages are mapped writable or write-protected.
-    pub intent: crate::intent::WriteIntent,
     /// How long to poll without sleeping before a sleeping wait.
     pub spin: Duration,
-    /// The core this thread runs on follows the faulting threads.
+    /// The CPU this thread runs on follows the faulting threads.
     pub follow: crate::cpu::Follow,
     /// Running average of the idle time before a message came.
     pub recent_gap: Duration,
-    /// The compressed local tier, if on (`zpool.rs`).
-    pub zpool: Option<crate::zpool::ZPool>,
-    /// Every fault goes here too, if tracing (`trace.rs`).
-    pub trace: Option<crate::trace::Trace>,
-    /// Huge pages while every page fits (`huge.rs`), if on.
-    pub huge: Option<crate::huge::Huge>,
 }
 
 impl Handler {
@@ -103,17 +69,17 @@ impl Handler {
     fn serve(&mut self, stop: &PipeReader) -> Result<(), String> {
         let mut msgs = [Msg::default(); 16];
         loop {
-            if self.counters.fail_requested.load(Relaxed) {
+            if self.core.counters.fail_requested.load(Relaxed) {
                 panic!("handler failure forced through Region::fail_handler_for_tests");
             }
-            self.settle_done();
-            self.poll_fetch();
+            self.eviction.settle_done(&mut self.core);
+            self.ahead.poll_fetch(&mut self.core, &mut self.eviction);
             self.follow_budget();
             self.empty_pool_if_all_fits();
             if let Some(huge) = self.huge.as_mut() {
-                huge.scan(&self.table, self.base, self.budget_pages);
+                huge.scan(&self.core.table, self.core.base, self.core.budget_pages);
             }
-            let ahead = self.wants_headroom();
+            let ahead = self.eviction.wants_headroom(&self.core);
             // Finished fetches and write-backs ring the bell; the short
             // timeout while they are out is only a backstop.
             let waiting = !self.deferred.is_empty()
@@ -127,13 +93,18 @@ impl Handler {
             match self.wait(stop, timeout) {
                 Ok(Ready::Stop) => return Ok(()),
                 // A fetch or write-back finished: the loop's top takes it.
-                Ok(Ready::Bell) => self.bell.clear(),
-                Ok(Ready::Nothing) if ahead => self.evict_ahead(),
+                Ok(Ready::Bell) => self.core.bell.clear(),
+                Ok(Ready::Nothing) if ahead => self.eviction.evict_ahead(&mut self.core),
                 Ok(Ready::Nothing) => {}
                 Ok(Ready::Faults) => {
-                    let n = self.uffd.read_msgs(&mut msgs).map_err(|e| format!("read: {e}"))?;
+                    let n =
+                        self.core.uffd.read_msgs(&mut msgs).map_err(|e| format!("read: {e}"))?;
                     self.eviction.headroom_stalled = false;
-                    self.finish_fetch_before_events(&msgs[..n]);
+                    self.ahead.finish_fetch_before_events(
+                        &mut self.core,
+                        &mut self.eviction,
+                        &msgs[..n],
+                    );
                     // Events first. Reading a REMOVE lets the madvising thread
                     // go on and zap the range at once; a fault read with it,
                     // answered first, could prefetch that range and map its
@@ -167,13 +138,13 @@ impl Handler {
             let deadline = idle_since + self.spin;
             // Bounded by the deadline; each turn is one poll syscall.
             while Instant::now() < deadline {
-                match uffd::wait(&self.uffd, stop, Some(self.bell.as_fd()), 0)? {
+                match uffd::wait(&self.core.uffd, stop, Some(self.core.bell.as_fd()), 0)? {
                     Ready::Nothing => std::hint::spin_loop(),
                     ready => return Ok(self.note_gap(idle_since, ready)),
                 }
             }
         }
-        let ready = uffd::wait(&self.uffd, stop, Some(self.bell.as_fd()), timeout_ms)?;
+        let ready = uffd::wait(&self.core.uffd, stop, Some(self.core.bell.as_fd()), timeout_ms)?;
         Ok(self.note_gap(idle_since, ready))
     }
 
@@ -187,15 +158,15 @@ impl Handler {
     }
 
     fn unregister(&mut self) {
-        if let Some(trace) = self.trace.as_mut() {
+        if let Some(trace) = self.core.trace.as_mut() {
             trace.flush();
         }
-        let region = self.pages as usize * PAGE_SIZE;
-        if let Err(e) = self.uffd.unregister(self.base, region) {
+        let region = self.core.pages as usize * PAGE_SIZE;
+        if let Err(e) = self.core.uffd.unregister(self.core.base, region) {
             tracing::warn!("fault handler: unregistering the region failed: {e}");
         }
         let staging = &self.eviction.staging;
-        if let Err(e) = self.staging_uffd.unregister(staging.addr(), staging.len_bytes()) {
+        if let Err(e) = self.core.staging_uffd.unregister(staging.addr(), staging.len_bytes()) {
             tracing::warn!("fault handler: unregistering staging failed: {e}");
         }
     }
@@ -204,7 +175,7 @@ impl Handler {
         match msg {
             Msg::Fault(fault) => {
                 if self.follow.fault(fault.tid) {
-                    Counters::add(&self.counters.handler_moves, 1);
+                    Counters::add(&self.core.counters.handler_moves, 1);
                 }
                 if self.fault(fault) == Step::Again {
                     self.defer(fault);
@@ -226,8 +197,8 @@ impl Handler {
         }
         for msg in msgs {
             let Msg::Fault(f) = msg else { continue };
-            let page = f.addr.wrapping_sub(self.base) / PAGE_SIZE;
-            if !f.wp && page < self.pages as usize {
+            let page = f.addr.wrapping_sub(self.core.base) / PAGE_SIZE;
+            if !f.wp && page < self.core.pages as usize {
                 self.blocks.companions.push((page as u32, f.write));
             }
         }
@@ -237,10 +208,10 @@ impl Handler {
     }
 
     fn defer(&mut self, fault: Fault) {
-        Counters::add(&self.counters.faults_deferred, 1);
+        Counters::add(&self.core.counters.faults_deferred, 1);
         if self.deferred.len() < DEFERRED_MAX {
             self.deferred.push(fault);
-        } else if let Err(e) = self.uffd.wake(fault.addr & !(PAGE_SIZE - 1), PAGE_SIZE) {
+        } else if let Err(e) = self.core.uffd.wake(fault.addr & !(PAGE_SIZE - 1), PAGE_SIZE) {
             tracing::error!("fault handler: waking a deferred fault failed: {e}");
         }
     }
@@ -252,42 +223,30 @@ impl Handler {
         self.deferred = deferred;
     }
 
-    pub(crate) fn page_addr(&self, page: u32) -> usize {
-        self.base + page as usize * PAGE_SIZE
-    }
-
-    pub(crate) fn publish_resident(&self) {
-        let resident = self.table.resident() as u64;
-        self.counters.pages_resident.store(resident, Relaxed);
-        if let Some(pool) = &self.zpool {
-            self.counters.publish_pool(&pool.stats());
-        }
-    }
-
     /// Take a budget set by `Region::set_budget_pages`. Going down, the
     /// pool's cap follows at once and eviction ahead brings the mapped
     /// pages down (`wants_headroom` sees them over).
     fn follow_budget(&mut self) {
-        let target = self.counters.budget_target_pages.load(Relaxed) as usize;
-        if target == 0 || target == self.budget_pages {
+        let target = self.core.counters.budget_target_pages.load(Relaxed) as usize;
+        if target == 0 || target == self.core.budget_pages {
             return;
         }
-        self.budget_pages = target;
-        self.counters.budget_pages.store(target as u64, Relaxed);
-        if let Some(pool) = self.zpool.as_mut() {
-            pool.cap(crate::zpool::pool_pages_max(target - self.reserve_pages));
+        self.core.budget_pages = target;
+        self.core.counters.budget_pages.store(target as u64, Relaxed);
+        if let Some(pool) = self.core.zpool.as_mut() {
+            pool.cap(crate::zpool::pool_pages_max(target - self.core.reserve_pages));
         }
         self.eviction.headroom_stalled = false;
-        self.publish_resident();
+        self.core.publish_resident();
     }
 
     /// Once every page held fits the budget, all of them may be mapped:
     /// the pool's copies only take room from them.
     fn empty_pool_if_all_fits(&mut self) {
-        let fits = self.table.held() <= self.budget_pages;
-        if let Some(pool) = self.zpool.as_mut().filter(|pool| fits && !pool.is_empty()) {
+        let fits = self.core.table.held() <= self.core.budget_pages;
+        if let Some(pool) = self.core.zpool.as_mut().filter(|pool| fits && !pool.is_empty()) {
             pool.clear();
-            self.publish_resident();
+            self.core.publish_resident();
         }
     }
 }

@@ -35,6 +35,7 @@ mod prefetch;
 mod read_block;
 mod region;
 mod resolve;
+mod shared;
 mod state;
 mod stats;
 pub mod trace;

@@ -9,25 +9,31 @@
 //! the page would read zeros. So after any failed move we look (mincore) at
 //! where the run's pages really are, and go by that.
 
-use crate::handler::Handler;
+use crate::evict::Eviction;
 use crate::mem::mapped_pages;
-use crate::resolve::retry_eagain;
+use crate::shared::Core;
+use crate::uffd::retry_eagain;
 use memlend_store::PAGE_SIZE;
 
-impl Handler {
+impl Eviction {
     /// Move each victim into the next staging slot from `first_slot`.
     /// Victims that moved are gathered at the front of `victims`, in slot
     /// order; returns how many. Runs of consecutive pages move in one call
     /// (a sequential scan evicts in runs): per-page calls cost the handler
     /// a fifth of its time on a scan.
-    pub(crate) fn stage(&mut self, victims: &mut [u32], first_slot: usize) -> usize {
+    pub(crate) fn stage(
+        &mut self,
+        core: &mut Core,
+        victims: &mut [u32],
+        first_slot: usize,
+    ) -> usize {
         let mut staged = 0;
         let mut i = 0;
         while i < victims.len() {
             let run = 1 + victims[i..].windows(2).take_while(|w| w[1] == w[0] + 1).count();
-            let src = self.base + victims[i] as usize * PAGE_SIZE;
-            let dst = self.eviction.staging.addr() + (first_slot + staged) * PAGE_SIZE;
-            let (moved_bytes, result) = self.staging_uffd.move_run(dst, src, run * PAGE_SIZE);
+            let src = core.base + victims[i] as usize * PAGE_SIZE;
+            let dst = self.staging.addr() + (first_slot + staged) * PAGE_SIZE;
+            let (moved_bytes, result) = core.staging_uffd.move_run(dst, src, run * PAGE_SIZE);
             let moved = match result {
                 Ok(()) => run,
                 Err(_) => really_moved(dst, src, run, moved_bytes / PAGE_SIZE),
@@ -40,7 +46,7 @@ impl Handler {
                 // Done, or stopped part-way: the next run starts at the stop.
                 continue;
             }
-            if self.stage_one(victims[i], first_slot + staged) {
+            if self.stage_one(core, victims[i], first_slot + staged) {
                 victims[staged] = victims[i];
                 staged += 1;
             }
@@ -52,19 +58,19 @@ impl Handler {
     /// Move one victim that a run move stopped at, into `slot`: whether it
     /// moved. A page gone (MADV_DONTNEED by the owner) is `Empty`; one that
     /// cannot move stays resident and goes back in the queue.
-    fn stage_one(&mut self, page: u32, slot: usize) -> bool {
-        let src = self.base + page as usize * PAGE_SIZE;
-        let dst = self.eviction.staging.addr() + slot * PAGE_SIZE;
-        match retry_eagain(|| self.staging_uffd.move_pages(dst, src, PAGE_SIZE)) {
+    fn stage_one(&mut self, core: &mut Core, page: u32, slot: usize) -> bool {
+        let src = core.base + page as usize * PAGE_SIZE;
+        let dst = self.staging.addr() + slot * PAGE_SIZE;
+        match retry_eagain(|| core.staging_uffd.move_pages(dst, src, PAGE_SIZE)) {
             Ok(()) => true,
             Err(_) if really_moved(dst, src, 1, 0) == 1 => true,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                self.table.emptied(page);
+                core.table.emptied(page);
                 false
             }
             Err(e) => {
                 tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
-                self.table.requeue(page);
+                core.table.requeue(page);
                 false
             }
         }

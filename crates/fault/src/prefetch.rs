@@ -6,8 +6,9 @@
 //! takes one fault per window instead of one per page (the kernel gives
 //! each zero page its own copy on the first write, with no message to us).
 
+use crate::evict::Eviction;
 use crate::fetch::{runs, Fetch, Fetcher, IN_FLIGHT_MAX};
-use crate::handler::Handler;
+use crate::shared::Core;
 use crate::state::PageState;
 use crate::stats::Counters;
 use crate::trend::{Window, REACH_WINDOWS};
@@ -40,33 +41,33 @@ pub(crate) struct Ahead {
     pub zero_run: Vec<u8>,
 }
 
-impl Handler {
+impl Ahead {
     /// Called after a missing fault on `page` was resolved.
-    pub(crate) fn after_fault(&mut self, page: u32) {
-        let Some(advice) = self.ahead.trend.fault(page) else {
+    pub(crate) fn after_fault(&mut self, core: &mut Core, eviction: &mut Eviction, page: u32) {
+        let Some(advice) = self.trend.fault(page) else {
             return;
         };
         if let Some((window, step)) = advice.passed {
-            self.count_passed(window, step);
+            self.count_passed(core, window, step);
         }
-        self.prefetch(page, advice.stride, advice.pages);
+        self.prefetch(core, eviction, page, advice.stride, advice.pages);
     }
 
     /// The faulting stream reached step `upto` of `window`: the prefetched
     /// pages before it that are still mapped were read without a fault (or
     /// skipped, which a sequential stream does not do): count them as used.
-    fn count_passed(&mut self, window: Window, upto: usize) {
+    fn count_passed(&mut self, core: &mut Core, window: Window, upto: usize) {
         let mut hits = 0;
         for step in 0..upto.min(window.count) {
-            if let Some(page) = self.page_at(window.page(step)) {
-                hits += u64::from(self.table.take_prefetched(page));
+            if let Some(page) = self.page_at(core, window.page(step)) {
+                hits += u64::from(core.table.take_prefetched(page));
             }
         }
-        Counters::add(&self.counters.prefetch_hits, hits);
+        Counters::add(&core.counters.prefetch_hits, hits);
     }
 
-    fn page_at(&self, page: i64) -> Option<u32> {
-        u32::try_from(page).ok().filter(|&p| p < self.pages)
+    fn page_at(&self, core: &Core, page: i64) -> Option<u32> {
+        u32::try_from(page).ok().filter(|&p| p < core.pages)
     }
 
     /// Of the pages along `stride` after `page`, have those in the store
@@ -78,48 +79,55 @@ impl Handler {
     /// fault, is what lets the donor send the next window while this side
     /// decrypts and maps the last: with one, a sequential scan waited on
     /// the read of nearly every window.
-    fn prefetch(&mut self, page: u32, stride: i64, pages: usize) {
-        if self.ahead.fetcher.full() {
-            self.finish_oldest_fetch();
+    fn prefetch(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        page: u32,
+        stride: i64,
+        pages: usize,
+    ) {
+        if self.fetcher.full() {
+            self.finish_oldest_fetch(core, eviction);
         }
-        let mut wanted = std::mem::take(&mut self.ahead.window_pages);
-        let mut empty = std::mem::take(&mut self.ahead.zero_ahead_pages);
+        let mut wanted = std::mem::take(&mut self.window_pages);
+        let mut empty = std::mem::take(&mut self.zero_ahead_pages);
         wanted.clear();
         empty.clear();
-        let free_windows = IN_FLIGHT_MAX - self.ahead.fetcher.in_flight();
-        let most = (free_windows * pages).min(self.mapped_budget());
+        let free_windows = IN_FLIGHT_MAX - self.fetcher.in_flight();
+        let most = (free_windows * pages).min(core.mapped_budget());
         for step in 1..=(REACH_WINDOWS * pages) as i64 {
-            let Some(p) = self.page_at(i64::from(page) + step * stride) else { break };
-            match self.table.get(p) {
-                PageState::InStore if wanted.len() < most && !self.ahead.fetcher.holds(p) => {
+            let Some(p) = self.page_at(core, i64::from(page) + step * stride) else { break };
+            match core.table.get(p) {
+                PageState::InStore if wanted.len() < most && !self.fetcher.holds(p) => {
                     wanted.push(p)
                 }
-                PageState::Empty if self.ahead.zero_ahead && step <= pages as i64 => empty.push(p),
+                PageState::Empty if self.zero_ahead && step <= pages as i64 => empty.push(p),
                 _ => {}
             }
         }
         let mut fetching = 0;
         for window in wanted.chunks(pages.max(1)) {
-            fetching += self.send_window(window);
+            fetching += self.send_window(core, window);
         }
-        self.ahead.window_pages = wanted;
+        self.window_pages = wanted;
         // Zero pages are a guess. While the pages held fit the budget they
         // may not push it over: that would evict real pages for ones the
         // program may never touch (a scan's window reaching past its data).
-        let under = self.budget_pages.saturating_sub(self.table.held());
+        let under = core.budget_pages.saturating_sub(core.table.held());
         if under > 0 {
             empty.truncate(under);
         }
-        let room = self.room_for(fetching + empty.len());
+        let room = self.room_for(core, eviction, fetching + empty.len());
         empty.truncate(room.saturating_sub(fetching));
         empty.sort_unstable();
-        self.zero_fill_ahead(&empty);
-        self.ahead.zero_ahead_pages = empty;
+        self.zero_fill_ahead(core, &empty);
+        self.zero_ahead_pages = empty;
     }
 
     /// Have `window` (pages in stride order) read on a fetch thread; how
     /// many pages went.
-    fn send_window(&mut self, window: &[u32]) -> usize {
+    fn send_window(&mut self, core: &mut Core, window: &[u32]) -> usize {
         let mut pages = window.to_vec();
         pages.sort_unstable();
         if pages.len() >= MARKER_PAGES_MIN {
@@ -128,30 +136,30 @@ impl Handler {
             pages.remove(pages.len() / 2);
         }
         let count = pages.len();
-        let buf = self.ahead.spare_bufs.pop().expect("one buffer per window in flight");
-        self.ahead.fetcher.send(pages, buf);
-        Counters::add(&self.counters.prefetch_reads, 1);
+        let buf = self.spare_bufs.pop().expect("one buffer per window in flight");
+        self.fetcher.send(pages, buf);
+        Counters::add(&core.counters.prefetch_reads, 1);
         count
     }
 
     /// Map every window in flight once it is read (waiting for them).
-    pub(crate) fn finish_fetch(&mut self) {
+    pub(crate) fn finish_fetch(&mut self, core: &mut Core, eviction: &mut Eviction) {
         for _ in 0..IN_FLIGHT_MAX {
-            self.finish_oldest_fetch();
+            self.finish_oldest_fetch(core, eviction);
         }
     }
 
-    fn finish_oldest_fetch(&mut self) {
-        if let Some(fetch) = self.ahead.fetcher.wait() {
-            self.fetched(fetch);
+    fn finish_oldest_fetch(&mut self, core: &mut Core, eviction: &mut Eviction) {
+        if let Some(fetch) = self.fetcher.wait() {
+            self.fetched(core, eviction, fetch);
         }
     }
 
     /// Map the windows in flight that have been read; never waits.
-    pub(crate) fn poll_fetch(&mut self) {
+    pub(crate) fn poll_fetch(&mut self, core: &mut Core, eviction: &mut Eviction) {
         for _ in 0..IN_FLIGHT_MAX {
-            match self.ahead.fetcher.try_done() {
-                Some(fetch) => self.fetched(fetch),
+            match self.fetcher.try_done() {
+                Some(fetch) => self.fetched(core, eviction, fetch),
                 None => break,
             }
         }
@@ -162,8 +170,13 @@ impl Handler {
     /// window in flight mapped after that could bring a zapped page back
     /// with its old bytes; so the windows are finished now, without the
     /// pages inside those ranges (the events then make them `Empty`).
-    pub(crate) fn finish_fetch_before_events(&mut self, msgs: &[Msg]) {
-        if !self.ahead.fetcher.busy() {
+    pub(crate) fn finish_fetch_before_events(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        msgs: &[Msg],
+    ) {
+        if !self.fetcher.busy() {
             return;
         }
         let ranges: Vec<(usize, usize)> = (msgs.iter())
@@ -179,11 +192,11 @@ impl Handler {
         let inside =
             |addr: usize| ranges.iter().any(|&(start, end)| addr + PAGE_SIZE > start && addr < end);
         for _ in 0..IN_FLIGHT_MAX {
-            let Some(mut fetch) = self.ahead.fetcher.wait() else { return };
+            let Some(mut fetch) = self.fetcher.wait() else { return };
             let mut kept = 0;
             for i in 0..fetch.pages.len() {
                 let page = fetch.pages[i];
-                if !inside(self.page_addr(page)) {
+                if !inside(core.page_addr(page)) {
                     let from = i * PAGE_SIZE;
                     let bytes = fetch.buf.bytes_mut(fetch.pages.len() * PAGE_SIZE);
                     bytes.copy_within(from..from + PAGE_SIZE, kept * PAGE_SIZE);
@@ -192,28 +205,28 @@ impl Handler {
                 }
             }
             fetch.pages.truncate(kept);
-            self.fetched(fetch);
+            self.fetched(core, eviction, fetch);
         }
     }
 
     /// A window was read: map what fits in the budget. A failure is only
     /// logged; nobody waits on these pages, which fault on their own.
-    fn fetched(&mut self, fetch: Fetch) {
+    fn fetched(&mut self, core: &mut Core, eviction: &mut Eviction, fetch: Fetch) {
         let Fetch { mut pages, buf, result } = fetch;
         match result {
             Ok(()) => {
                 // Room was made when the read went out; faults since may
                 // have used it.
-                pages.truncate(self.room_for(pages.len()));
-                self.map_prefetched(&pages, buf.bytes(pages.len() * PAGE_SIZE));
+                pages.truncate(self.room_for(core, eviction, pages.len()));
+                self.map_prefetched(core, &pages, buf.bytes(pages.len() * PAGE_SIZE));
             }
             Err(e) => {
                 tracing::warn!("fault handler: prefetch of {} pages failed: {e}", pages.len());
             }
         }
-        self.ahead.spare_bufs.push(buf);
-        debug_assert!(self.ahead.spare_bufs.len() <= IN_FLIGHT_MAX);
-        self.ahead.window_pages = pages;
+        self.spare_bufs.push(buf);
+        debug_assert!(self.spare_bufs.len() <= IN_FLIGHT_MAX);
+        self.window_pages = pages;
     }
 
     /// Evict until `count` more pages fit in the budget; how many fit. A
@@ -224,51 +237,55 @@ impl Handler {
     /// was no faster, and its buffers (staging, ciphertext, the write-back
     /// connection's) pushed `memlend run` over a cgroup limit of budget +
     /// 16 MiB (the far_micro memlend-ssd-cg peer).
-    pub(crate) fn room_for(&mut self, count: usize) -> usize {
-        let batch_pages =
-            self.eviction.batch.pages().max(WINDOW_BATCH_PAGES.min(self.eviction.batch.max()));
+    pub(crate) fn room_for(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        count: usize,
+    ) -> usize {
+        let batch_pages = eviction.batch.pages().max(WINDOW_BATCH_PAGES.min(eviction.batch.max()));
         // Each batch frees up to `batch_pages`; a batch that frees none
         // (every victim kept) ends the loop through the bound.
         for _ in 0..count.div_ceil(batch_pages) + 1 {
-            let need = (self.table.resident() + count).saturating_sub(self.mapped_budget());
+            let need = (core.table.resident() + count).saturating_sub(core.mapped_budget());
             if need == 0 {
                 break;
             }
-            self.evict(need.min(batch_pages).max(self.eviction.batch.pages()));
+            eviction.evict(core, need.min(batch_pages).max(eviction.batch.pages()));
         }
-        count.min(self.mapped_budget().saturating_sub(self.table.resident()))
+        count.min(core.mapped_budget().saturating_sub(core.table.resident()))
     }
 
     /// Map the pages read into `buf`, one UFFDIO_COPY per run: the first
     /// few write-protected (`Clean`), as `intent.rs` says, the rest
     /// writable (`Dirty`). Stops at the first refusal (EAGAIN while an
     /// event is queued): pages not mapped stay `InStore`.
-    pub(crate) fn map_prefetched(&mut self, pages: &[u32], buf: &[u8]) {
-        let clean = self.intent.window_clean_pages(pages.len());
+    pub(crate) fn map_prefetched(&mut self, core: &mut Core, pages: &[u32], buf: &[u8]) {
+        let clean = core.intent.window_clean_pages(pages.len());
         let (head, tail) = buf.split_at(clean * PAGE_SIZE);
-        let mut mapped = self.map_runs(&pages[..clean], head, PageState::Clean);
+        let mut mapped = self.map_runs(core, &pages[..clean], head, PageState::Clean);
         if mapped == clean {
-            let writable = self.map_runs(&pages[clean..], tail, PageState::Dirty);
-            Counters::add(&self.counters.store_pages_mapped_writable, writable as u64);
+            let writable = self.map_runs(core, &pages[clean..], tail, PageState::Dirty);
+            Counters::add(&core.counters.store_pages_mapped_writable, writable as u64);
             mapped += writable;
         }
-        Counters::add(&self.counters.pages_prefetched, mapped as u64);
-        self.publish_resident();
+        Counters::add(&core.counters.pages_prefetched, mapped as u64);
+        core.publish_resident();
     }
 
     /// Map `pages` (sorted) from `buf`, one UFFDIO_COPY per run, in state
     /// `now`; how many were mapped before the first refusal.
-    fn map_runs(&mut self, pages: &[u32], buf: &[u8], now: PageState) -> usize {
+    fn map_runs(&mut self, core: &mut Core, pages: &[u32], buf: &[u8], now: PageState) -> usize {
         let mut offset = 0;
         let mut mapped = 0;
         for run in runs(pages) {
             let bytes = &buf[offset..offset + run.len() * PAGE_SIZE];
             offset += bytes.len();
             let protect = now == PageState::Clean;
-            let (copied, result) = self.uffd.copy_run(self.page_addr(run[0]), bytes, protect);
+            let (copied, result) = core.uffd.copy_run(core.page_addr(run[0]), bytes, protect);
             for &page in &run[..copied / PAGE_SIZE] {
-                self.table.map_prefetched(page, now);
-                if let Some(pool) = self.zpool.as_mut() {
+                core.table.map_prefetched(page, now);
+                if let Some(pool) = core.zpool.as_mut() {
                     pool.remove(page);
                 }
                 mapped += 1;
@@ -288,17 +305,17 @@ impl Handler {
     /// staging slot found occupied, then the page gone); real pages never
     /// did, and save the program its copy-on-write fault besides. Stops at
     /// the first refusal; the rest stay `Empty` and fault on their own.
-    fn zero_fill_ahead(&mut self, pages: &[u32]) {
+    fn zero_fill_ahead(&mut self, core: &mut Core, pages: &[u32]) {
         let mut mapped = 0;
         for run in runs(pages) {
             let len_bytes = run.len() * PAGE_SIZE;
-            if self.ahead.zero_run.len() < len_bytes {
-                self.ahead.zero_run = vec![0; len_bytes];
+            if self.zero_run.len() < len_bytes {
+                self.zero_run = vec![0; len_bytes];
             }
-            let zeros = &self.ahead.zero_run[..len_bytes];
-            let (done, result) = self.uffd.copy_run(self.page_addr(run[0]), zeros, false);
+            let zeros = &self.zero_run[..len_bytes];
+            let (done, result) = core.uffd.copy_run(core.page_addr(run[0]), zeros, false);
             for &page in &run[..done / PAGE_SIZE] {
-                self.table.map(page, PageState::Dirty);
+                core.table.map(page, PageState::Dirty);
                 mapped += 1;
             }
             if let Err(e) = result {
@@ -306,7 +323,7 @@ impl Handler {
                 break;
             }
         }
-        Counters::add(&self.counters.pages_zeroed_ahead, mapped);
-        self.publish_resident();
+        Counters::add(&core.counters.pages_zeroed_ahead, mapped);
+        core.publish_resident();
     }
 }

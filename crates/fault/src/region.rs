@@ -7,6 +7,7 @@ use crate::error::{FaultError, Result};
 use crate::fetch::{Fetcher, IN_FLIGHT_MAX};
 use crate::handler::Handler;
 use crate::mem::{Mapping, PageBuf};
+use crate::shared::Core;
 use crate::state::{PageTable, Policy};
 use crate::stats::{Counters, DetailedStats, HandlerStats, RegionStats};
 use crate::trend::Trend;
@@ -266,7 +267,7 @@ impl Region {
                 .map_err(FaultError::os("spawn huge-page thread"))?,
             false => None,
         };
-        let handler = Handler {
+        let core = Core {
             uffd,
             staging_uffd,
             base: map.addr(),
@@ -277,20 +278,23 @@ impl Region {
             discards: discards.clone(),
             budget_pages: config.budget_pages,
             reserve_pages,
+            bell: Arc::clone(&bell),
+            page_buf: PageBuf::new(1).map_err(FaultError::os("mmap page buffer"))?,
+            zero_page: vec![0; PAGE_SIZE],
+            intent: crate::intent::WriteIntent::new(tuning.write_intent),
+            zpool,
+            trace,
+        };
+        let handler = Handler {
+            core,
             eviction,
             ahead,
             blocks,
-            page_buf: PageBuf::new(1).map_err(FaultError::os("mmap page buffer"))?,
-            zero_page: vec![0; PAGE_SIZE],
-            bell: Arc::clone(&bell),
+            huge,
             deferred: Vec::new(),
-            intent: crate::intent::WriteIntent::new(tuning.write_intent),
             spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
             follow: crate::cpu::Follow::new(tuning.follow_faulter),
             recent_gap: std::time::Duration::ZERO,
-            zpool,
-            trace,
-            huge,
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()

@@ -2,19 +2,17 @@
 //! the block around the page when `read_block.rs` says so), a WP fault on a
 //! clean page, or a message for a page mapped meanwhile.
 
-use crate::handler::{Handler, Step};
+use crate::handler::Handler;
 use crate::read_block::{COMPANIONS_MAX, READ_BLOCK_PAGES_MAX};
+use crate::shared::Step;
 use crate::state::PageState;
 use crate::stats::Counters;
-use crate::uffd::{Fault, Uffd};
+use crate::uffd::{resolve, retry_eagain, Fault};
 use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-/// UFFDIO_* answers EAGAIN while the address space is changing under it;
-/// a few tries cover a change that is finishing.
-const EAGAIN_TRIES: usize = 16;
 /// Pauses between the tries of a store read before the page is poisoned.
 /// A failure can be a moment early: a donor that revoked a lease answers
 /// NoSuchSlab until the process's reclaim thread has put the lost lease's
@@ -55,13 +53,13 @@ fn is_eagain(e: &io::Error) -> bool {
 
 impl Handler {
     pub(crate) fn fault(&mut self, fault: Fault) -> Step {
-        let page = fault.addr.wrapping_sub(self.base) / PAGE_SIZE;
-        if page >= self.pages as usize {
+        let page = fault.addr.wrapping_sub(self.core.base) / PAGE_SIZE;
+        if page >= self.core.pages as usize {
             tracing::error!("fault handler: fault at {:#x} outside the region", fault.addr);
             return Step::Done;
         }
         let page = page as u32;
-        if let Some(trace) = self.trace.as_mut() {
+        if let Some(trace) = self.core.trace.as_mut() {
             trace.record(page, fault.write || fault.wp);
         }
         if fault.wp {
@@ -73,11 +71,11 @@ impl Handler {
             // page into a write-back. Looked at the other way round, a page
             // in flight to the store looked mapped, got the zero page, and
             // lost its bytes (1 stress run in 40).
-            Counters::add(&self.counters.waited_on_fetch, 1);
-            self.finish_fetch();
+            Counters::add(&self.core.counters.waited_on_fetch, 1);
+            self.ahead.finish_fetch(&mut self.core, &mut self.eviction);
         }
         if let Some(&slot) = self.eviction.writing.get(&page) {
-            match self.refault_writing(page, slot) {
+            match self.eviction.refault_writing(&mut self.core, page, slot) {
                 // Settled meanwhile: served below by its state.
                 Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
                 result => return self.finish(page, result),
@@ -87,26 +85,26 @@ impl Handler {
             !self.eviction.writing.contains_key(&page),
             "page {page} is in flight to the store"
         );
-        let missing = !self.table.get(page).is_resident();
-        let result = match self.table.get(page) {
+        let missing = !self.core.table.get(page).is_resident();
+        let result = match self.core.table.get(page) {
             PageState::Clean | PageState::Dirty => self.already_mapped(page),
             PageState::Empty => self.zero_fill(page),
             PageState::InStore => self.fill_from_store(page, fault.write),
         };
         if missing && result.is_ok() {
-            self.after_fault(page);
+            self.ahead.after_fault(&mut self.core, &mut self.eviction, page);
         }
         self.finish(page, result)
     }
 
     fn finish(&mut self, page: u32, result: io::Result<()>) -> Step {
-        self.publish_resident();
+        self.core.publish_resident();
         match result {
             Ok(()) => Step::Done,
             Err(e) if is_eagain(&e) => Step::Again,
             Err(e) => {
                 tracing::error!("fault handler: page {page} could not be mapped: {e}");
-                self.poison(page)
+                self.core.poison(page)
             }
         }
     }
@@ -117,19 +115,19 @@ impl Handler {
     /// page came first. If the page was evicted since, the writer only needs
     /// waking: its retry faults as missing.
     fn write_to_clean(&mut self, page: u32) -> Step {
-        let page_addr = self.page_addr(page);
-        let state = self.table.get(page);
+        let page_addr = self.core.page_addr(page);
+        let state = self.core.table.get(page);
         if state == PageState::Clean {
-            self.intent.written();
-            if self.table.written(page) {
-                Counters::add(&self.counters.prefetch_hits, 1);
+            self.core.intent.written();
+            if self.core.table.written(page) {
+                Counters::add(&self.core.counters.prefetch_hits, 1);
             }
-            Counters::add(&self.counters.write_protect, 1);
+            Counters::add(&self.core.counters.write_protect, 1);
         }
         let result = if state.is_resident() {
-            retry_eagain(|| self.uffd.unprotect(page_addr, PAGE_SIZE))
+            retry_eagain(|| self.core.uffd.unprotect(page_addr, PAGE_SIZE))
         } else {
-            self.uffd.wake(page_addr, PAGE_SIZE)
+            self.core.uffd.wake(page_addr, PAGE_SIZE)
         };
         match result {
             Ok(()) => Step::Done,
@@ -137,7 +135,7 @@ impl Handler {
             Err(e) => {
                 // The page stays dirty (the safe side); the writer's retry faults again.
                 tracing::error!("fault handler: unprotecting page {page} failed: {e}");
-                let _ = self.uffd.wake(page_addr, PAGE_SIZE);
+                let _ = self.core.uffd.wake(page_addr, PAGE_SIZE);
                 Step::Done
             }
         }
@@ -150,14 +148,14 @@ impl Handler {
     /// then on, since the store's copy is not zeroes and a write to the zero
     /// page is a copy-on-write we never see.
     fn already_mapped(&mut self, page: u32) -> io::Result<()> {
-        let page_addr = self.page_addr(page);
-        match retry_eagain(|| self.uffd.zeropage(page_addr, PAGE_SIZE)) {
+        let page_addr = self.core.page_addr(page);
+        match retry_eagain(|| self.core.uffd.zeropage(page_addr, PAGE_SIZE)) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                Counters::add(&self.counters.already_mapped, 1);
-                self.uffd.wake(page_addr, PAGE_SIZE)
+                Counters::add(&self.core.counters.already_mapped, 1);
+                self.core.uffd.wake(page_addr, PAGE_SIZE)
             }
             Ok(()) => {
-                self.table.dirtied(page);
+                self.core.table.dirtied(page);
                 Ok(())
             }
             other => other,
@@ -171,11 +169,12 @@ impl Handler {
     /// counts against the budget either way. Eviction's all-zero check
     /// sends it back to `Empty` if it was never written.
     fn zero_fill(&mut self, page: u32) -> io::Result<()> {
-        self.make_room();
+        self.eviction.make_room(&mut self.core);
         self.record_mapped(page, Fill::Zero, PageState::Dirty);
-        let page_addr = self.page_addr(page);
-        let result =
-            resolve(&self.uffd, page_addr, || self.uffd.copy(page_addr, &self.zero_page, false));
+        let page_addr = self.core.page_addr(page);
+        let result = resolve(&self.core.uffd, page_addr, || {
+            self.core.uffd.copy(page_addr, &self.core.zero_page, false)
+        });
         self.undo_if_failed(page, PageState::Empty, Fill::Zero, result)
     }
 
@@ -190,32 +189,32 @@ impl Handler {
         let fill = if self.take_from_pool(page) { Fill::Pool } else { Fill::Store };
         if let Fill::Store = fill {
             let read = self.read_for_fault(page);
-            if let Some(pool) = self.zpool.as_mut() {
+            if let Some(pool) = self.core.zpool.as_mut() {
                 pool.far_miss(page);
             }
             if let Err(e) = read {
                 self.blocks.beside.clear();
                 tracing::error!("fault handler: store read of page {page} failed: {e}");
-                return match self.poison(page) {
+                return match self.core.poison(page) {
                     Step::Done => Ok(()),
                     Step::Again => Err(io::Error::from_raw_os_error(libc::EAGAIN)),
                 };
             }
         }
-        let c = std::sync::Arc::clone(&self.counters);
+        let c = std::sync::Arc::clone(&self.core.counters);
         let (read_ns, map_ns, latency) = match fill {
             Fill::Pool => (&c.pool_read_ns, &c.pool_map_ns, &c.pool_fault_latency),
             _ => (&c.store_read_ns, &c.store_map_ns, &c.store_fault_latency),
         };
         Counters::add(read_ns, elapsed_ns(reading));
-        self.make_room();
+        self.eviction.make_room(&mut self.core);
         let writable = write || self.writable_fill();
         let now = if writable { PageState::Dirty } else { PageState::Clean };
         self.record_mapped(page, fill, now);
-        let page_addr = self.page_addr(page);
+        let page_addr = self.core.page_addr(page);
         let mapping = Instant::now();
-        let result = resolve(&self.uffd, page_addr, || {
-            self.uffd.copy(page_addr, self.page_buf.bytes(PAGE_SIZE), !writable)
+        let result = resolve(&self.core.uffd, page_addr, || {
+            self.core.uffd.copy(page_addr, self.core.page_buf.bytes(PAGE_SIZE), !writable)
         });
         Counters::add(map_ns, elapsed_ns(mapping));
         latency.record_ns(elapsed_ns(reading));
@@ -235,18 +234,18 @@ impl Handler {
 
     /// Decompress `page` into the page buffer if the pool holds it.
     fn take_from_pool(&mut self, page: u32) -> bool {
-        let Some(pool) = self.zpool.as_mut() else {
+        let Some(pool) = self.core.zpool.as_mut() else {
             return false;
         };
-        pool.take(page, self.page_buf.bytes_mut(PAGE_SIZE))
+        pool.take(page, self.core.page_buf.bytes_mut(PAGE_SIZE))
     }
 
     /// Let the pool resize by the costs measured so far.
     fn adapt_pool(&mut self) {
-        let Some(pool) = self.zpool.as_mut() else {
+        let Some(pool) = self.core.zpool.as_mut() else {
             return;
         };
-        let c = &self.counters;
+        let c = &self.core.counters;
         let mean = |ns: &AtomicU64, map_ns: &AtomicU64, n: &AtomicU64, guess: u64| {
             let total = ns.load(Relaxed) + map_ns.load(Relaxed);
             total.checked_div(n.load(Relaxed)).unwrap_or(guess)
@@ -260,19 +259,19 @@ impl Handler {
 
     /// Whether a page read from the store for a read goes in writable.
     pub(crate) fn writable_fill(&mut self) -> bool {
-        let writable = self.intent.map_writable();
-        Counters::add(&self.counters.store_pages_mapped_writable, u64::from(writable));
+        let writable = self.core.intent.map_writable();
+        Counters::add(&self.core.counters.store_pages_mapped_writable, u64::from(writable));
         writable
     }
 
     /// Count `page` as mapped before the ioctl that maps it: that ioctl wakes
     /// the faulting thread, which may read the stats at once.
     fn record_mapped(&mut self, page: u32, fill: Fill, now: PageState) {
-        if self.table.map(page, now) {
-            Counters::add(&self.counters.ghost_hits, 1);
+        if self.core.table.map(page, now) {
+            Counters::add(&self.core.counters.ghost_hits, 1);
         }
-        Counters::add(fill.counter(&self.counters), 1);
-        self.publish_resident();
+        Counters::add(fill.counter(&self.core.counters), 1);
+        self.core.publish_resident();
     }
 
     fn undo_if_failed(
@@ -283,23 +282,24 @@ impl Handler {
         result: io::Result<()>,
     ) -> io::Result<()> {
         if result.is_err() {
-            self.table.unmap_newest(page, was);
-            fill.counter(&self.counters).fetch_sub(1, Relaxed);
+            self.core.table.unmap_newest(page, was);
+            fill.counter(&self.core.counters).fetch_sub(1, Relaxed);
         }
         result
     }
 
     fn read_page(&mut self, page: u32) -> StoreResult<()> {
-        let mut ops = [ReadOp { page: u64::from(page), buf: self.page_buf.bytes_mut(PAGE_SIZE) }];
-        let mut last = self.store.read(&mut ops);
+        let mut ops =
+            [ReadOp { page: u64::from(page), buf: self.core.page_buf.bytes_mut(PAGE_SIZE) }];
+        let mut last = self.core.store.read(&mut ops);
         for pause in READ_PAUSES {
             if last.is_ok() {
                 break;
             }
             std::thread::sleep(pause);
             let mut ops =
-                [ReadOp { page: u64::from(page), buf: self.page_buf.bytes_mut(PAGE_SIZE) }];
-            last = self.store.read(&mut ops);
+                [ReadOp { page: u64::from(page), buf: self.core.page_buf.bytes_mut(PAGE_SIZE) }];
+            last = self.core.store.read(&mut ops);
         }
         last
     }
@@ -310,10 +310,10 @@ impl Handler {
     /// block read is tried again as the page alone.
     fn read_for_fault(&mut self, page: u32) -> StoreResult<()> {
         self.blocks.beside.clear();
-        if let Some((first, len)) = self.blocks.neighbours.miss(page, self.budget_pages) {
-            let last = (first + len as u32).min(self.pages);
+        if let Some((first, len)) = self.blocks.neighbours.miss(page, self.core.budget_pages) {
+            let last = (first + len as u32).min(self.core.pages);
             for p in (first..last).filter(|&p| p != page) {
-                let only_in_store = self.table.get(p) == PageState::InStore
+                let only_in_store = self.core.table.get(p) == PageState::InStore
                     && !self.ahead.fetcher.holds(p)
                     && !self.eviction.writing.contains_key(&p);
                 if only_in_store {
@@ -345,10 +345,10 @@ impl Handler {
         for i in 0..self.blocks.companions.len() {
             let (p, write) = self.blocks.companions[i];
             let only_in_store = p != page
-                && self.table.get(p) == PageState::InStore
+                && self.core.table.get(p) == PageState::InStore
                 && !self.ahead.fetcher.holds(p)
                 && !self.eviction.writing.contains_key(&p)
-                && !self.zpool.as_ref().is_some_and(|pool| pool.holds(p))
+                && !self.core.zpool.as_ref().is_some_and(|pool| pool.holds(p))
                 && !self.blocks.riding.iter().any(|&(q, _)| q == p);
             if only_in_store && self.blocks.riding.len() < COMPANIONS_MAX {
                 self.blocks.riding.push((p, write));
@@ -363,7 +363,13 @@ impl Handler {
         let Some(buf) = self.blocks.companion_buf.as_mut() else { return self.read_page(page) };
         let riders = self.blocks.riding.iter().map(|&(p, _)| p);
         let rest = buf.bytes_mut(self.blocks.riding.len() * PAGE_SIZE);
-        read_in_order(&*self.store, page, self.page_buf.bytes_mut(PAGE_SIZE), riders, rest)
+        read_in_order(
+            &*self.core.store,
+            page,
+            self.core.page_buf.bytes_mut(PAGE_SIZE),
+            riders,
+            rest,
+        )
     }
 
     /// After the faulting page is mapped: map each rider's page as its own
@@ -381,26 +387,29 @@ impl Handler {
         for (i, &(p, write)) in riders.iter().enumerate() {
             // Nothing between the pick and here maps or writes back a page
             // only the store holds; checked again all the same.
-            if self.table.get(p) != PageState::InStore || self.eviction.writing.contains_key(&p) {
+            if self.core.table.get(p) != PageState::InStore
+                || self.eviction.writing.contains_key(&p)
+            {
                 continue;
             }
-            self.make_room();
+            self.eviction.make_room(&mut self.core);
             let writable = write || self.writable_fill();
             let now = if writable { PageState::Dirty } else { PageState::Clean };
             self.record_mapped(p, Fill::Store, now);
-            let addr = self.page_addr(p);
+            let addr = self.core.page_addr(p);
             let page_bytes = &bytes[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
-            let result = resolve(&self.uffd, addr, || self.uffd.copy(addr, page_bytes, !writable));
+            let result =
+                resolve(&self.core.uffd, addr, || self.core.uffd.copy(addr, page_bytes, !writable));
             if self.undo_if_failed(p, PageState::InStore, Fill::Store, result).is_ok() {
-                self.counters.store_fault_latency.record_ns(elapsed_ns(reading));
-                if let Some(pool) = self.zpool.as_mut() {
+                self.core.counters.store_fault_latency.record_ns(elapsed_ns(reading));
+                if let Some(pool) = self.core.zpool.as_mut() {
                     pool.remove(p); // a copy of nothing now that it is mapped
                 }
                 mapped += 1;
             }
         }
-        Counters::add(&self.counters.shared_reads, 1);
-        Counters::add(&self.counters.faults_read_along, mapped);
+        Counters::add(&self.core.counters.shared_reads, 1);
+        Counters::add(&self.core.counters.faults_read_along, mapped);
         self.blocks.companion_buf = Some(buf);
         self.blocks.riding = riders;
         self.blocks.riding.clear();
@@ -411,7 +420,13 @@ impl Handler {
         let Some(block) = self.blocks.buf.as_mut() else { return self.read_page(page) };
         let beside = self.blocks.beside.iter().copied();
         let rest = block.bytes_mut(self.blocks.beside.len() * PAGE_SIZE);
-        read_in_order(&*self.store, page, self.page_buf.bytes_mut(PAGE_SIZE), beside, rest)
+        read_in_order(
+            &*self.core.store,
+            page,
+            self.core.page_buf.bytes_mut(PAGE_SIZE),
+            beside,
+            rest,
+        )
     }
 
     /// After the faulting page is mapped (its thread woken): map the pages
@@ -422,53 +437,15 @@ impl Handler {
         }
         let pages = std::mem::take(&mut self.blocks.beside);
         let block = self.blocks.buf.take().expect("a block buffer when pages were read beside");
-        let fit = self.room_for(pages.len());
-        Counters::add(&self.counters.block_reads, 1);
-        Counters::add(&self.counters.pages_read_beside, pages.len() as u64);
-        self.map_prefetched(&pages[..fit], block.bytes(fit * PAGE_SIZE));
+        let fit = self.ahead.room_for(&mut self.core, &mut self.eviction, pages.len());
+        Counters::add(&self.core.counters.block_reads, 1);
+        Counters::add(&self.core.counters.pages_read_beside, pages.len() as u64);
+        self.ahead.map_prefetched(&mut self.core, &pages[..fit], block.bytes(fit * PAGE_SIZE));
         self.blocks.buf = Some(block);
         self.blocks.beside = pages;
         self.blocks.beside.clear();
-        self.counters.block_pages.store(self.blocks.neighbours.block_pages() as u64, Relaxed);
+        self.core.counters.block_pages.store(self.blocks.neighbours.block_pages() as u64, Relaxed);
     }
-
-    /// The faulting thread gets SIGBUS at this page instead of waiting forever.
-    pub(crate) fn poison(&mut self, page: u32) -> Step {
-        let page_addr = self.page_addr(page);
-        match resolve(&self.uffd, page_addr, || self.uffd.poison(page_addr, PAGE_SIZE)) {
-            Ok(()) => Counters::add(&self.counters.pages_poisoned, 1),
-            Err(e) if is_eagain(&e) => return Step::Again,
-            Err(e) => tracing::error!("fault handler: poisoning page {page} failed: {e}"),
-        }
-        Step::Done
-    }
-}
-
-/// Run one UFFDIO_* call that maps the page at `page_addr`. EEXIST means it
-/// is mapped already, which is all we wanted; the kernel wakes waiters only
-/// on success, so wake them here.
-pub(crate) fn resolve(
-    uffd: &Uffd,
-    page_addr: usize,
-    call: impl FnMut() -> io::Result<()>,
-) -> io::Result<()> {
-    match retry_eagain(call) {
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => uffd.wake(page_addr, PAGE_SIZE),
-        other => other,
-    }
-}
-
-/// Run one UFFDIO_* call, retrying EAGAIN a bounded number of times.
-pub(crate) fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
-    let mut last = Ok(());
-    for _ in 0..EAGAIN_TRIES {
-        last = call();
-        match &last {
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => std::thread::yield_now(),
-            _ => return last,
-        }
-    }
-    last
 }
 
 /// One store read of `page` into `own` and of `others` (ascending, without

@@ -424,6 +424,39 @@ pub fn wait(
     })
 }
 
+/// UFFDIO_* answers EAGAIN while the address space is changing under it;
+/// a few tries cover a change that is finishing.
+const EAGAIN_TRIES: usize = 16;
+
+/// Run one UFFDIO_* call that maps the page at `page_addr`. EEXIST means it
+/// is mapped already, which is all we wanted; the kernel wakes waiters only
+/// on success, so wake them here.
+pub(crate) fn resolve(
+    uffd: &Uffd,
+    page_addr: usize,
+    call: impl FnMut() -> io::Result<()>,
+) -> io::Result<()> {
+    match retry_eagain(call) {
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            uffd.wake(page_addr, memlend_store::PAGE_SIZE)
+        }
+        other => other,
+    }
+}
+
+/// Run one UFFDIO_* call, retrying EAGAIN a bounded number of times.
+pub(crate) fn retry_eagain(mut call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
+    let mut last = Ok(());
+    for _ in 0..EAGAIN_TRIES {
+        last = call();
+        match &last {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => std::thread::yield_now(),
+            _ => return last,
+        }
+    }
+    last
+}
+
 #[cfg(test)]
 #[path = "uffd_tests.rs"]
 pub(crate) mod tests;
