@@ -51,6 +51,10 @@ pub struct SimArgs {
     /// scenario.rs`); the node count is the file's.
     #[arg(long, value_name = "FILE")]
     pub scenario: Option<std::path::PathBuf>,
+    /// How every node chooses among grants: first, round-robin, nearest,
+    /// most-free or balanced (as `memlendd --selector`).
+    #[arg(long, default_value = "first", value_name = "POLICY")]
+    pub selector: memlend_pool::select::SelectorKind,
     /// Print a JSON array of reports instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -86,6 +90,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
             mirror: a.mirror,
             partition: a.partition,
             scenario: scenario.clone(),
+            selector: a.selector,
             ..Params::new(nodes, a.seconds, a.seed)
         };
         let r = memlend_sim::run(&p).map_err(anyhow::Error::msg)?;

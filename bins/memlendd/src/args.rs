@@ -185,7 +185,8 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "LABEL", value_parser = parse_domain)]
     pub domain: Option<String>,
 
-    /// How to choose among donors: first, round-robin, nearest, most-free.
+    /// How to choose among donors: first, round-robin, nearest, most-free,
+    /// balanced (RTT and room weighed together).
     #[arg(long, default_value = "first", value_name = "POLICY")]
     pub selector: String,
 

@@ -1,6 +1,8 @@
 //! Which server a client takes when several offer or grant (ACMS 4.3 names
-//! first come, round robin and nearest; most free is ours). Pluggable: the
-//! engine only sees the trait.
+//! first come, round robin and nearest; most free and balanced are ours).
+//! Pluggable: the engine only sees the trait. Failure domains are weighed
+//! before any selector: the engine hands it only the best-placed grants
+//! (`engine/avoid.rs`).
 
 use memlend_wire::ctrl::NodeId;
 use std::str::FromStr;
@@ -34,6 +36,7 @@ pub enum SelectorKind {
     RoundRobin,
     Nearest,
     MostFree,
+    Balanced,
 }
 
 impl FromStr for SelectorKind {
@@ -44,7 +47,10 @@ impl FromStr for SelectorKind {
             "round-robin" => Ok(SelectorKind::RoundRobin),
             "nearest" => Ok(SelectorKind::Nearest),
             "most-free" => Ok(SelectorKind::MostFree),
-            _ => Err(format!("unknown selector {s:?}: first, round-robin, nearest or most-free")),
+            "balanced" => Ok(SelectorKind::Balanced),
+            _ => Err(format!(
+                "unknown selector {s:?}: first, round-robin, nearest, most-free or balanced"
+            )),
         }
     }
 }
@@ -55,6 +61,7 @@ pub fn make(kind: SelectorKind) -> Box<dyn Selector + Send> {
         SelectorKind::RoundRobin => Box::new(RoundRobin::default()),
         SelectorKind::Nearest => Box::new(Nearest),
         SelectorKind::MostFree => Box::new(MostFree),
+        SelectorKind::Balanced => Box::new(Balanced),
     }
 }
 
@@ -116,6 +123,36 @@ impl Selector for MostFree {
     }
 }
 
+/// RTT and room weighed together: the least `(rtt / nearest rtt) x (most
+/// room / room)`. Every fault on a leased page pays the round trip, and a
+/// donor with little room left is the one that reclaims first (a reclaim
+/// moves every page of the lease), so twice as near counts as much as
+/// twice the room. A candidate whose RTT is not known yet counts as the
+/// farthest known one (as near as any, when none is known).
+#[derive(Clone)]
+pub struct Balanced;
+impl Selector for Balanced {
+    fn pick(&mut self, c: &[Candidate]) -> Option<usize> {
+        let known = || c.iter().filter_map(|x| x.rtt_us).map(|r| f64::from(r.max(1)));
+        let (near, far) = (known().fold(f64::MAX, f64::min), known().fold(1.0, f64::max));
+        let room_max = c.iter().map(|x| x.available_bytes).max().unwrap_or(0).max(1) as f64;
+        let score = |x: &Candidate| {
+            let rtt = x.rtt_us.map_or(far, |r| f64::from(r.max(1)));
+            let room = x.available_bytes as f64;
+            if room == 0.0 {
+                return f64::INFINITY;
+            }
+            (rtt / near.min(rtt)) * (room_max / room)
+        };
+        (0..c.len()).min_by(|&i, &j| {
+            score(&c[i]).total_cmp(&score(&c[j])).then(c[i].arrival_order.cmp(&c[j].arrival_order))
+        })
+    }
+    fn clone_box(&self) -> Box<dyn Selector + Send> {
+        Box::new(self.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +173,24 @@ mod tests {
         assert_eq!(make(SelectorKind::FirstCome).pick(&[]), None);
         assert!("nope".parse::<SelectorKind>().is_err());
         assert_eq!("most-free".parse::<SelectorKind>(), Ok(SelectorKind::MostFree));
+        assert_eq!("balanced".parse::<SelectorKind>(), Ok(SelectorKind::Balanced));
+    }
+
+    #[test]
+    fn balanced_weighs_rtt_against_room() {
+        let mut b = make(SelectorKind::Balanced);
+        // Same room: the nearer. Same RTT: the roomier.
+        assert_eq!(b.pick(&[c(1, 100, Some(400), 1), c(2, 100, Some(200), 2)]), Some(1));
+        assert_eq!(b.pick(&[c(1, 50, Some(200), 1), c(2, 100, Some(200), 2)]), Some(1));
+        // 3x nearer beats 2x the room; 1.5x nearer does not.
+        assert_eq!(b.pick(&[c(1, 100, Some(300), 1), c(2, 50, Some(100), 2)]), Some(1));
+        assert_eq!(b.pick(&[c(1, 100, Some(150), 1), c(2, 50, Some(100), 2)]), Some(0));
+        // Unknown RTT counts as the farthest known; a full donor never wins.
+        let v = [c(1, 100, None, 1), c(2, 100, Some(100), 2), c(3, 100, Some(300), 3)];
+        assert_eq!(b.pick(&v), Some(1));
+        assert_eq!(b.pick(&[c(1, 0, Some(1), 1), c(2, 1, Some(900), 2)]), Some(1));
+        // No RTT known at all: the roomiest, then the first to answer.
+        assert_eq!(b.pick(&[c(1, 10, None, 2), c(2, 10, None, 1), c(3, 5, None, 0)]), Some(1));
+        assert_eq!(b.pick(&[]), None);
     }
 }

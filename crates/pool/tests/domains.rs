@@ -5,6 +5,7 @@
 mod sim;
 
 use memlend_pool::engine::Event;
+use memlend_pool::select::SelectorKind;
 use memlend_wire::ctrl::{Body, NodeClass};
 use sim::{config, status, Net, GIB, MIB};
 
@@ -15,13 +16,18 @@ fn id(i: usize) -> u64 {
 
 /// Servers 0..servers in the given domains, then one client.
 fn racked(domains: &[&str]) -> Net {
+    racked_choosing(domains, SelectorKind::FirstCome)
+}
+
+fn racked_choosing(domains: &[&str], kind: SelectorKind) -> Net {
     let n = domains.len() + 1;
     let labels: Vec<String> = domains.iter().map(|d| d.to_string()).collect();
-    let mut net = Net::with(n, |i| {
+    let cfg = |i: usize| {
         let mut c = config(i);
         c.domain = labels.get(i).cloned().unwrap_or_default();
         c
-    });
+    };
+    let mut net = Net::with_selector(n, cfg, kind);
     for i in 0..domains.len() {
         net.set_status(i, status(NodeClass::Server, GIB));
     }
@@ -112,4 +118,41 @@ fn a_grant_from_an_avoided_donor_is_given_back() {
     let acked_to_0 = net.ready(2).iter().filter(|r| r.1 == id(0)).count();
     assert_eq!(acked_to_0, 0, "granted {granted_by_0} times, bound never");
     net.assert_consistent();
+}
+
+/// A leg that grows lease by lease stays in the domains it already uses, so
+/// it does not spread over every rack and leave the other leg none apart.
+/// Most-free waits the grant window for every grant and, the grants being
+/// equal, would otherwise take whichever answered first.
+#[test]
+fn a_growing_leg_keeps_to_its_own_domains_while_they_have_room() {
+    const RACKS: [&str; 6] = ["c", "b", "a", "a", "b", "c"];
+    let rack = |n: u64| RACKS[(n - id(0)) as usize];
+    for round in 0..8u64 {
+        let mut net = racked_choosing(&RACKS, SelectorKind::MostFree);
+        let (client, first, second) = (RACKS.len(), 10 + round, 100 + round);
+        for r in 0..round {
+            net.want(client, 1_000 + r, MIB); // other request hashes
+        }
+        net.want(client, first, 64 * MIB);
+        net.run_for(300_000);
+        let a = donors(&net, client, first);
+        net.want_avoiding(client, second, 64 * MIB, &a);
+        net.run_for(300_000);
+        let b = donors(&net, client, second);
+        assert_eq!(b.len(), 1, "round {round}");
+        assert_ne!(rack(a[0]), rack(b[0]));
+        for _ in 0..3 {
+            net.want_avoiding(client, first, 64 * MIB, &b);
+            net.run_for(300_000);
+        }
+        let grown = donors(&net, client, first);
+        assert_eq!(grown.len(), 4, "round {round}: {grown:?}");
+        assert!(
+            grown.iter().all(|&d| rack(d) == rack(a[0])),
+            "round {round}: the first copy spread over racks {:?}",
+            grown.iter().map(|&d| rack(d)).collect::<Vec<_>>()
+        );
+        net.assert_consistent();
+    }
 }

@@ -58,6 +58,8 @@ pub struct Params {
     pub partition: Option<Partition>,
     /// Scripted nodes instead of generated traces (`nodes` must match).
     pub scenario: Option<scenario::Scenario>,
+    /// How every engine chooses among grants (the daemon's default: first come).
+    pub selector: memlend_pool::select::SelectorKind,
 }
 
 impl Params {
@@ -74,6 +76,7 @@ impl Params {
             mirror: false,
             partition: None,
             scenario: None,
+            selector: memlend_pool::select::SelectorKind::FirstCome,
         }
     }
 

@@ -26,6 +26,8 @@ pub struct SimNode {
     pub name: String,
     /// Its failure domain, empty for none.
     pub domain: String,
+    /// How its engine chooses among grants (`memlendd --selector`).
+    pub selector: SelectorKind,
     pub up: bool,
     pub incarnation: u64,
     pub engine: Engine,
@@ -47,18 +49,25 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    pub fn new(index: u32, trace: Trace, rng: &mut Rng, racks: usize) -> SimNode {
+    pub fn new(
+        index: u32,
+        trace: Trace,
+        rng: &mut Rng,
+        racks: usize,
+        selector: SelectorKind,
+    ) -> SimNode {
         let name = format!("n{index:05}");
         let domain = match racks {
             0 => String::new(),
             r => format!("r{}", index as usize % r),
         };
-        let (engine, classifier) = fresh(index, &name, &domain, rng);
+        let (engine, classifier) = fresh(index, &name, &domain, selector, rng);
         SimNode {
             index,
             id: node_id(index),
             name,
             domain,
+            selector,
             up: false, // until its boot event
             incarnation: 1,
             engine,
@@ -79,7 +88,7 @@ impl SimNode {
     }
 
     pub fn restart(&mut self, rng: &mut Rng) {
-        let (engine, classifier) = fresh(self.index, &self.name, &self.domain, rng);
+        let (engine, classifier) = fresh(self.index, &self.name, &self.domain, self.selector, rng);
         self.engine = engine;
         self.classifier = classifier;
         self.incarnation += 1;
@@ -126,16 +135,22 @@ impl SimNode {
     }
 }
 
-/// The daemon's defaults: broadcast on one LAN, first-come selector, the
+/// The daemon's defaults but for the selector: broadcast on one LAN, the
 /// default guard bands and timing.
-fn fresh(index: u32, name: &str, domain: &str, rng: &mut Rng) -> (Engine, Classifier) {
+fn fresh(
+    index: u32,
+    name: &str,
+    domain: &str,
+    selector: SelectorKind,
+    rng: &mut Rng,
+) -> (Engine, Classifier) {
     let mut secret = [0u8; 32];
     for chunk in secret.chunks_mut(8) {
         chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
     }
     let mut cfg = Config::new(node_id(index), name, data_addr(index), secret);
     cfg.domain = domain.to_string();
-    let engine = Engine::new(cfg, make(SelectorKind::FirstCome));
+    let engine = Engine::new(cfg, make(selector));
     let classifier = Classifier::new(Thresholds::default(), Default::default())
         .expect("the default timing is valid");
     (engine, classifier)

@@ -74,10 +74,11 @@ impl Engine {
     fn send_request(&mut self, request_id: u64) {
         let Some(d) = self.demands.get(&request_id) else { return };
         let r = Request { request_id, bytes: d.bytes, bytes_min: d.bytes_min };
-        let (bytes_min, attempts, avoid) = (d.bytes_min, d.attempts, d.avoid.clone());
-        let dests = match self.pick_offer(bytes_min, &avoid) {
+        let (bytes_min, attempts, avoid, owner) =
+            (d.bytes_min, d.attempts, d.avoid.clone(), d.owner);
+        let dests = match self.pick_offer(owner, bytes_min, &avoid) {
             Some(to) if self.servers_broadcast() => vec![Dest::To(to)],
-            _ => self.request_dests(request_id, bytes_min, attempts, &avoid),
+            _ => self.request_dests(request_id, owner, bytes_min, attempts, &avoid),
         };
         let d = self.demands.get_mut(&request_id).expect("checked above");
         d.sent_us = self.now_us;
@@ -106,6 +107,7 @@ impl Engine {
     fn request_dests(
         &mut self,
         request_id: u64,
+        owner: u64,
         bytes_min: u64,
         attempts: u32,
         avoid: &[NodeId],
@@ -131,7 +133,7 @@ impl Engine {
             .collect();
         if !avoid.is_empty() {
             let nodes: Vec<NodeId> = cands.iter().map(|(c, _)| c.node).collect();
-            let usable = self.usable(avoid, &nodes);
+            let usable = self.usable(owner, avoid, &nodes);
             if !usable.is_empty() {
                 cands = usable.into_iter().map(|i| cands[i]).collect();
                 if fanout >= cands.len() {
@@ -154,7 +156,7 @@ impl Engine {
         dests
     }
 
-    fn pick_offer(&mut self, bytes_min: u64, avoid: &[NodeId]) -> Option<SocketAddr> {
+    fn pick_offer(&mut self, owner: u64, bytes_min: u64, avoid: &[NodeId]) -> Option<SocketAddr> {
         let now = self.now_us;
         let mut fresh: Vec<&OfferHeard> = self
             .offers
@@ -163,7 +165,7 @@ impl Engine {
             .collect();
         if !avoid.is_empty() {
             let nodes: Vec<NodeId> = fresh.iter().map(|o| o.donor).collect();
-            fresh = self.usable(avoid, &nodes).into_iter().map(|i| fresh[i]).collect();
+            fresh = self.usable(owner, avoid, &nodes).into_iter().map(|i| fresh[i]).collect();
         }
         let cands: Vec<Candidate> = fresh
             .iter()
@@ -211,8 +213,8 @@ impl Engine {
         }
         // A grant from an avoided domain waits the window even under
         // first-come: a grant from elsewhere may follow.
-        let avoid = std::mem::take(&mut d.avoid);
-        let apart = avoid.is_empty() || self.fit(&avoid, donor) == Fit::Apart;
+        let (avoid, owner) = (std::mem::take(&mut d.avoid), d.owner);
+        let apart = avoid.is_empty() || self.fit(owner, &avoid, donor) <= Fit::Apart;
         let d = self.demands.get_mut(&g.request_id).expect("looked up above");
         d.avoid = avoid;
         let rtt_us = self.now_us.saturating_sub(d.sent_us).min(u64::from(u32::MAX)) as u32;
@@ -237,7 +239,8 @@ impl Engine {
         let Some(mut d) = self.demands.remove(&request_id) else { return };
         // Grants outside the avoided domains when there are any (`avoid.rs`).
         let nodes: Vec<NodeId> = d.grants.iter().map(|h| h.donor).collect();
-        let usable = self.usable(&d.avoid, &nodes);
+        let usable = self.usable(d.owner, &d.avoid, &nodes);
+        let usable = self.preferred(d.owner, &d.avoid, &nodes, usable);
         let mut set_aside = Vec::new();
         for i in (0..d.grants.len()).rev() {
             if !usable.contains(&i) {

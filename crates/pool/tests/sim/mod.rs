@@ -65,9 +65,18 @@ impl Net {
     }
 
     pub fn with(n: usize, cfg: impl Fn(usize) -> Config) -> Net {
+        Net::with_selector(n, cfg, memlend_pool::select::SelectorKind::FirstCome)
+    }
+
+    /// Every engine choosing among grants by `kind`.
+    pub fn with_selector(
+        n: usize,
+        cfg: impl Fn(usize) -> Config,
+        kind: memlend_pool::select::SelectorKind,
+    ) -> Net {
         let nodes = (0..n)
             .map(|i| Node {
-                engine: Engine::new(cfg(i), Box::new(FirstCome)),
+                engine: Engine::new(cfg(i), memlend_pool::select::make(kind)),
                 addr: ctrl_addr(i),
                 incarnation: 1,
                 up: true,
