@@ -29,6 +29,7 @@ use crate::page_locks::{LockSet, PageLocks};
 use crate::{check_range, check_run, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
 use crate::{WriteOp, PAGE_SIZE};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// Pages read at a time by `scan` and by the repair after a failed write.
 const SCAN_PAGES: u64 = 64;
@@ -195,6 +196,21 @@ impl<S: PageStore> PageStore for Checksum<S> {
     fn flush(&self) -> StoreResult<()> {
         self.inner.flush()
     }
+}
+
+/// What this layer adds, in a named stack's help and errors.
+pub(crate) const ADDS: &str = "a CRC32C of every page, checked on every read";
+
+/// This layer in a named stack (`registry.rs`): over any store, reporting
+/// the corrupt pages it caught.
+pub(crate) fn named(
+    base: Arc<dyn PageStore>,
+    reports: &mut Vec<super::registry::Report>,
+) -> StoreResult<Arc<dyn PageStore>> {
+    let layer = Arc::new(Checksum::new(base)?);
+    let seen = Arc::clone(&layer);
+    reports.push(Box::new(move || format!("checksum: {} corrupt pages", seen.corrupt_pages())));
+    Ok(layer)
 }
 
 #[cfg(test)]

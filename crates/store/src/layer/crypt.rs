@@ -60,6 +60,7 @@ use crate::{StoreError, StoreInfo, StoreResult, WriteOp, PAGE_SIZE, SIDECAR_LEN}
 use parking_lot::Mutex;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// Ciphertext buffers kept for reuse, and the largest kept: a fresh
 /// `vec![0; n]` per batch was zeroed (or faulted in) page by page only to
@@ -349,6 +350,25 @@ impl<S: SidecarStore> PageStore for Crypt<S> {
     fn flush(&self) -> StoreResult<()> {
         self.inner.flush()
     }
+}
+
+/// What this layer adds, in a named stack's help and errors.
+pub(crate) const ADDS: &str = "AES-256-GCM under a fresh key, tags kept here";
+
+/// This layer in a named stack (`registry.rs`): a fresh random key, and
+/// the tags kept in this process (`LocalTags`), since the store below may
+/// be a file or a stack of donors and only pages move through it.
+pub(crate) fn named(
+    base: Arc<dyn PageStore>,
+    reports: &mut Vec<super::registry::Report>,
+) -> StoreResult<Arc<dyn PageStore>> {
+    let mut key = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+        .map_err(|_| StoreError::Io(std::io::Error::other("no random key for the crypt layer")))?;
+    let layer = Arc::new(Crypt::new(super::LocalTags::new(base)?, key)?);
+    let seen = Arc::clone(&layer);
+    reports.push(Box::new(move || format!("crypt: {} corrupt pages", seen.corrupt_pages())));
+    Ok(layer)
 }
 
 #[cfg(test)]

@@ -8,10 +8,13 @@
 //! stores (stripe, concat, mirror, erasure) are chosen by where the pages go,
 //! not named here, because each needs its children and their sizes.
 //!
-//! A new layer is its own file in `layer/` plus one entry in [`LAYERS`].
+//! A new layer is its own file in `layer/` (the `PageStore` wrapper, what
+//! it `ADDS`, and a `named` function that builds it over a base and pushes
+//! its report line), its `mod` line in `layer/mod.rs`, and one entry in
+//! [`LAYERS`].
 
-use super::{Checksum, Crypt, LocalTags, Stats};
-use crate::{PageStore, StoreError, StoreResult};
+use super::{checksum, crypt, stats};
+use crate::{PageStore, StoreResult};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -27,7 +30,7 @@ pub const SPEC_BYTES_MAX: usize = 256;
 pub type Report = Box<dyn Fn() -> String + Send + Sync>;
 
 /// Wraps a store in one layer, adding the layer's report line, if any.
-type Wrap = fn(Arc<dyn PageStore>, &mut Vec<Report>) -> StoreResult<Arc<dyn PageStore>>;
+pub type Wrap = fn(Arc<dyn PageStore>, &mut Vec<Report>) -> StoreResult<Arc<dyn PageStore>>;
 
 /// One entry of the registry.
 pub struct Named {
@@ -37,64 +40,13 @@ pub struct Named {
     wrap: Wrap,
 }
 
-/// Every layer a spec may name.
+/// Every layer a spec may name: one line each, the layer's own file giving
+/// its `named` function and what it `ADDS`.
 pub static LAYERS: &[Named] = &[
-    Named {
-        name: "checksum",
-        adds: "a CRC32C of every page kept here, checked on every read",
-        wrap: checksum,
-    },
-    Named {
-        name: "crypt",
-        adds: "AES-256-GCM under a fresh key that never leaves the process, tags kept here",
-        wrap: crypt,
-    },
-    Named {
-        name: "stats",
-        adds: "counts and times every operation, reported at exit",
-        wrap: stats,
-    },
+    Named { name: "checksum", adds: checksum::ADDS, wrap: checksum::named },
+    Named { name: "crypt", adds: crypt::ADDS, wrap: crypt::named },
+    Named { name: "stats", adds: stats::ADDS, wrap: stats::named },
 ];
-
-fn checksum(base: Arc<dyn PageStore>, out: &mut Vec<Report>) -> StoreResult<Arc<dyn PageStore>> {
-    let layer = Arc::new(Checksum::new(base)?);
-    let seen = layer.clone();
-    out.push(Box::new(move || format!("checksum: {} corrupt pages", seen.corrupt_pages())));
-    Ok(layer)
-}
-
-/// Tags stay in this process (`LocalTags`): the base may be a file or a
-/// stack of donors, and only the pages below need to move.
-fn crypt(base: Arc<dyn PageStore>, out: &mut Vec<Report>) -> StoreResult<Arc<dyn PageStore>> {
-    let mut key = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
-        .map_err(|_| StoreError::Io(std::io::Error::other("no random key for the crypt layer")))?;
-    let layer = Arc::new(Crypt::new(LocalTags::new(base)?, key)?);
-    let seen = layer.clone();
-    out.push(Box::new(move || format!("crypt: {} corrupt pages", seen.corrupt_pages())));
-    Ok(layer)
-}
-
-fn stats(base: Arc<dyn PageStore>, out: &mut Vec<Report>) -> StoreResult<Arc<dyn PageStore>> {
-    let layer = Arc::new(Stats::new(base));
-    let seen = layer.clone();
-    out.push(Box::new(move || {
-        let s = seen.snapshot();
-        let op = |name: &str, o: &super::OpSnapshot| {
-            format!(
-                "{name} {} ops {} pages p50 {:.1} us p99 {:.1} us",
-                o.ops, o.pages, o.latency_us_p50, o.latency_us_p99
-            )
-        };
-        format!(
-            "stats: {}; {}; {}",
-            op("read", &s.read),
-            op("write", &s.write),
-            op("discard", &s.discard)
-        )
-    }));
-    Ok(layer)
-}
 
 /// A checked spec: layers outermost first, each at most once.
 #[derive(Clone, Default, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::ram::{RamOptions, RamStore};
-use crate::{ReadOp, WriteOp, PAGE_SIZE};
+use crate::{ReadOp, StoreError, WriteOp, PAGE_SIZE};
 
 fn ram(pages: u64) -> Arc<dyn PageStore> {
     Arc::new(RamStore::new(pages, RamOptions::default()).unwrap())

@@ -191,6 +191,35 @@ fn quantile_ns(counts: &[u64; BUCKETS], q: f64) -> f64 {
     unreachable!("rank {rank} beyond {total} samples");
 }
 
+/// What this layer adds, in a named stack's help and errors.
+pub(crate) const ADDS: &str = "every operation counted and timed";
+
+/// This layer in a named stack (`registry.rs`), reporting per kind of
+/// operation its count, pages and latency.
+pub(crate) fn named(
+    base: std::sync::Arc<dyn PageStore>,
+    reports: &mut Vec<super::registry::Report>,
+) -> StoreResult<std::sync::Arc<dyn PageStore>> {
+    let layer = std::sync::Arc::new(Stats::new(base));
+    let seen = std::sync::Arc::clone(&layer);
+    reports.push(Box::new(move || {
+        let s = seen.snapshot();
+        let op = |name: &str, o: &OpSnapshot| {
+            format!(
+                "{name} {} ops {} pages p50 {:.1} us p99 {:.1} us",
+                o.ops, o.pages, o.latency_us_p50, o.latency_us_p99
+            )
+        };
+        format!(
+            "stats: {}; {}; {}",
+            op("read", &s.read),
+            op("write", &s.write),
+            op("discard", &s.discard)
+        )
+    }));
+    Ok(layer)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
