@@ -55,6 +55,10 @@ pub struct SimArgs {
     /// most-free or balanced (as `memlendd --selector`).
     #[arg(long, default_value = "first", value_name = "POLICY")]
     pub selector: memlend_pool::select::SelectorKind,
+    /// No broadcast: the first SEEDS nodes are every node's seed list and
+    /// heartbeats go by unicast to seeds and peers heard (`memlendd --seed`).
+    #[arg(long, default_value_t = 0, value_name = "SEEDS")]
+    pub seeds: usize,
     /// Print a JSON array of reports instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -91,6 +95,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
             partition: a.partition,
             scenario: scenario.clone(),
             selector: a.selector,
+            seeds: a.seeds,
             ..Params::new(nodes, a.seconds, a.seed)
         };
         let r = memlend_sim::run(&p).map_err(anyhow::Error::msg)?;

@@ -60,6 +60,9 @@ pub struct Params {
     pub scenario: Option<scenario::Scenario>,
     /// How every engine chooses among grants (the daemon's default: first come).
     pub selector: memlend_pool::select::SelectorKind,
+    /// Seed lists instead of broadcast: nodes 0..seeds are everyone's seeds
+    /// (0: one broadcast domain, the default).
+    pub seeds: usize,
 }
 
 impl Params {
@@ -77,10 +80,19 @@ impl Params {
             partition: None,
             scenario: None,
             selector: memlend_pool::select::SelectorKind::FirstCome,
+            seeds: 0,
         }
     }
 
+    /// What each node's engine does beyond the daemon's defaults.
+    pub fn setup(&self) -> node::Setup {
+        node::Setup { racks: self.racks, selector: self.selector, seeds: self.seeds }
+    }
+
     pub fn check(&self) -> Result<(), String> {
+        if self.seeds > self.nodes {
+            return Err(format!("{} seeds among {} nodes", self.seeds, self.nodes));
+        }
         if !(2..=NODES_MAX).contains(&self.nodes) {
             return Err(format!("nodes must be 2 to {NODES_MAX}, got {}", self.nodes));
         }

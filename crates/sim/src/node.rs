@@ -26,8 +26,8 @@ pub struct SimNode {
     pub name: String,
     /// Its failure domain, empty for none.
     pub domain: String,
-    /// How its engine chooses among grants (`memlendd --selector`).
-    pub selector: SelectorKind,
+    /// How its engine is set up beyond the defaults.
+    pub setup: Setup,
     pub up: bool,
     pub incarnation: u64,
     pub engine: Engine,
@@ -49,25 +49,19 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    pub fn new(
-        index: u32,
-        trace: Trace,
-        rng: &mut Rng,
-        racks: usize,
-        selector: SelectorKind,
-    ) -> SimNode {
+    pub fn new(index: u32, trace: Trace, rng: &mut Rng, setup: Setup) -> SimNode {
         let name = format!("n{index:05}");
-        let domain = match racks {
+        let domain = match setup.racks {
             0 => String::new(),
             r => format!("r{}", index as usize % r),
         };
-        let (engine, classifier) = fresh(index, &name, &domain, selector, rng);
+        let (engine, classifier) = fresh(index, &name, &domain, setup, rng);
         SimNode {
             index,
             id: node_id(index),
             name,
             domain,
-            selector,
+            setup,
             up: false, // until its boot event
             incarnation: 1,
             engine,
@@ -88,7 +82,7 @@ impl SimNode {
     }
 
     pub fn restart(&mut self, rng: &mut Rng) {
-        let (engine, classifier) = fresh(self.index, &self.name, &self.domain, self.selector, rng);
+        let (engine, classifier) = fresh(self.index, &self.name, &self.domain, self.setup, rng);
         self.engine = engine;
         self.classifier = classifier;
         self.incarnation += 1;
@@ -135,13 +129,23 @@ impl SimNode {
     }
 }
 
-/// The daemon's defaults but for the selector: broadcast on one LAN, the
-/// default guard bands and timing.
+/// What a node's engine does beyond the daemon's defaults (broadcast on
+/// one LAN, first come, the default guard bands and timing).
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    /// Failure domains: node i sits in rack i mod `racks` (0: none named).
+    pub racks: usize,
+    pub selector: SelectorKind,
+    /// Without broadcast: nodes 0..seeds are every node's seed list, and
+    /// heartbeats go by unicast (0: broadcast).
+    pub seeds: usize,
+}
+
 fn fresh(
     index: u32,
     name: &str,
     domain: &str,
-    selector: SelectorKind,
+    setup: Setup,
     rng: &mut Rng,
 ) -> (Engine, Classifier) {
     let mut secret = [0u8; 32];
@@ -150,7 +154,11 @@ fn fresh(
     }
     let mut cfg = Config::new(node_id(index), name, data_addr(index), secret);
     cfg.domain = domain.to_string();
-    let engine = Engine::new(cfg, make(selector));
+    if setup.seeds > 0 {
+        cfg.broadcast = false;
+        cfg.seeds = (0..setup.seeds as u32).filter(|&s| s != index).map(ctrl_addr).collect();
+    }
+    let engine = Engine::new(cfg, make(setup.selector));
     let classifier = Classifier::new(Thresholds::default(), Default::default())
         .expect("the default timing is valid");
     (engine, classifier)

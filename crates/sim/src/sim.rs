@@ -102,7 +102,7 @@ impl Sim {
                     Some(s) => Trace::scripted(&s.nodes[i]),
                     None => Trace::generate(&mut fork, i < lenders, p.seconds),
                 };
-                SimNode::new(i as u32, trace, &mut rng, p.racks, p.selector)
+                SimNode::new(i as u32, trace, &mut rng, p.setup())
             })
             .collect();
         let domains = nodes.iter().map(|n| (n.id, n.domain.clone())).collect();
