@@ -718,6 +718,7 @@ fn forged_replayed_and_malformed_datagrams_are_dropped_and_counted() {
         data_addr: "127.0.0.1:1".parse().unwrap(),
         leases: vec![],
         domain: String::new(),
+        peers: vec![],
     };
     let datagram = |key: &CtrlKey, cluster: u64, sender: u64, counter: u64, name: &str| {
         let env = Envelope {

@@ -93,6 +93,7 @@ impl World {
                 data_addr: addr(1),
                 leases: Vec::new(),
                 domain: String::new(),
+                peers: Vec::new(),
             };
             w.nodes[CLIENT].on_message(w.now_us, addr(1), 101, 1, Body::Heartbeat(hb));
             let o = memlend_wire::ctrl::Offer {

@@ -81,7 +81,7 @@ impl Engine {
         (self.status.class == NodeClass::Server, self.available_bytes() >= unit)
     }
 
-    fn refresh_period_us(&self) -> u64 {
+    pub(super) fn refresh_period_us(&self) -> u64 {
         let c = &self.cfg;
         refresh_us(self.members.len(), c.heartbeat_ms, c.summaries_per_s, c.refresh_max_ms)
     }
@@ -107,7 +107,7 @@ impl Engine {
 
     /// The node's state, with the leases `donor` lends us (none for a
     /// summary).
-    fn heartbeat_for(&self, donor: Option<NodeId>) -> Heartbeat {
+    pub(super) fn heartbeat_for(&self, donor: Option<NodeId>) -> Heartbeat {
         let leases = match donor {
             None => Vec::new(),
             Some(d) => self
@@ -129,6 +129,9 @@ impl Engine {
             data_addr: self.cfg.data_addr,
             leases,
             domain: self.cfg.domain.clone(),
+            // Summaries pass peers on; partners' heartbeats, twice a
+            // second, need not.
+            peers: if donor.is_none() { self.gossip_peers() } else { Vec::new() },
         }
     }
 

@@ -17,6 +17,7 @@ mod avoid;
 mod borrower;
 mod config;
 mod donor;
+mod gossip;
 mod heartbeat;
 mod metrics;
 mod output;
@@ -63,6 +64,7 @@ pub struct Engine {
     borrowed: BTreeMap<(NodeId, LeaseId), Borrowed>,
     next_heartbeat_us: u64,
     summary: summary::Summary,
+    rumors: gossip::Rumors,
     out: VecDeque<Output>,
     metrics: Metrics,
 }
@@ -88,6 +90,7 @@ impl Clone for Engine {
             borrowed: self.borrowed.clone(),
             next_heartbeat_us: self.next_heartbeat_us,
             summary: self.summary.clone(),
+            rumors: self.rumors.clone(),
             out: self.out.clone(),
             metrics: self.metrics.clone(),
         }
@@ -113,6 +116,7 @@ impl Engine {
             borrowed: BTreeMap::new(),
             next_heartbeat_us: 0,
             summary: summary::Summary::default(),
+            rumors: gossip::Rumors::default(),
             out: VecDeque::new(),
             metrics: Metrics::default(),
             now_us: 0,
@@ -248,7 +252,9 @@ impl Engine {
 
     fn on_heartbeat(&mut self, sender: NodeId, hb: &Heartbeat) {
         self.members.update(sender, hb);
+        self.no_rumor(sender);
         self.donor_heard_reports(sender, hb);
+        self.heard_of(&hb.peers);
     }
 
     /// A peer restarted or went silent: drop what it lent us and what we

@@ -129,7 +129,11 @@ pub(super) fn type_of(b: &Body) -> u8 {
 /// The header flags a body needs.
 pub(super) fn flags_of(b: &Body) -> u16 {
     match b {
-        Body::Heartbeat(h) if !h.domain.is_empty() => FLAG_DOMAIN,
+        Body::Heartbeat(h) => {
+            let domain = if h.domain.is_empty() { 0 } else { FLAG_DOMAIN };
+            let peers = if h.peers.is_empty() { 0 } else { FLAG_PEERS };
+            domain | peers
+        }
         _ => 0,
     }
 }
@@ -195,7 +199,41 @@ fn put_heartbeat(w: &mut W, h: &Heartbeat) -> Result<(), CtrlError> {
     if !h.domain.is_empty() {
         put_label(w, &h.domain, "domain bytes", DOMAIN_BYTES_MAX)?;
     }
+    if !h.peers.is_empty() {
+        if h.peers.len() > HEARTBEAT_PEERS_MAX {
+            return Err(CtrlError::Limit {
+                what: "heartbeat peers",
+                got: h.peers.len(),
+                limit: HEARTBEAT_PEERS_MAX,
+            });
+        }
+        w.u8(h.peers.len() as u8)?;
+        for p in &h.peers {
+            w.u64(p.node)?;
+            w.addr(&p.ctrl_addr)?;
+        }
+    }
     Ok(())
+}
+
+/// A flagged peer list holds 1 to `HEARTBEAT_PEERS_MAX` peers.
+fn get_peers(r: &mut R) -> Result<Vec<PeerAddr>, CtrlError> {
+    let count = r.u8("peers")? as usize;
+    if count == 0 {
+        return Err(CtrlError::BadField("peers"));
+    }
+    if count > HEARTBEAT_PEERS_MAX {
+        return Err(CtrlError::Limit {
+            what: "heartbeat peers",
+            got: count,
+            limit: HEARTBEAT_PEERS_MAX,
+        });
+    }
+    let mut peers = Vec::with_capacity(count);
+    for _ in 0..count {
+        peers.push(PeerAddr { node: r.u64("peer node")?, ctrl_addr: r.addr("peer address")? });
+    }
+    Ok(peers)
 }
 
 fn put_label(w: &mut W, s: &str, what: &'static str, limit: usize) -> Result<(), CtrlError> {
@@ -217,7 +255,7 @@ fn get_label(r: &mut R, what: &'static str, limit: usize) -> Result<String, Ctrl
 
 /// Decode a body of type `kind` sent with header `flags`.
 pub(super) fn get(r: &mut R, kind: u8, flags: u16) -> Result<Body, CtrlError> {
-    let known = if kind == 7 { FLAG_DOMAIN } else { 0 };
+    let known = if kind == 7 { FLAG_DOMAIN | FLAG_PEERS } else { 0 };
     if flags & !known != 0 {
         return Err(CtrlError::BadFlags(flags.into()));
     }
@@ -254,12 +292,12 @@ pub(super) fn get(r: &mut R, kind: u8, flags: u16) -> Result<Body, CtrlError> {
             lease_id: r.u64("lease_id")?,
             reason: reason_from(r.u8("reason")?)?,
         }),
-        7 => Body::Heartbeat(get_heartbeat(r, flags & FLAG_DOMAIN != 0)?),
+        7 => Body::Heartbeat(get_heartbeat(r, flags & FLAG_DOMAIN != 0, flags & FLAG_PEERS != 0)?),
         other => return Err(CtrlError::UnknownType(other)),
     })
 }
 
-fn get_heartbeat(r: &mut R, has_domain: bool) -> Result<Heartbeat, CtrlError> {
+fn get_heartbeat(r: &mut R, has_domain: bool, has_peers: bool) -> Result<Heartbeat, CtrlError> {
     let name = get_label(r, "name bytes", NAME_BYTES_MAX)?;
     let class = class_from(r.u8("class")?)?;
     let (total_bytes, used_bytes) = (r.u64("total_bytes")?, r.u64("used_bytes")?);
@@ -291,7 +329,9 @@ fn get_heartbeat(r: &mut R, has_domain: bool) -> Result<Heartbeat, CtrlError> {
     } else {
         String::new()
     };
+    let peers = if has_peers { get_peers(r)? } else { Vec::new() };
     Ok(Heartbeat {
+        peers,
         domain,
         name,
         class,

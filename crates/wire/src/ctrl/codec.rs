@@ -1,7 +1,7 @@
 //! One datagram: a 44-byte header, the body, a 16-byte MAC.
 //!
 //! ```text
-//!  0 magic "MLCT"   4 version u8   5 type u8   6 flags u16 (FLAG_DOMAIN or 0)
+//!  0 magic "MLCT"   4 version u8   5 type u8   6 flags u16 (FLAG_DOMAIN, FLAG_PEERS)
 //!  8 cluster_id u64   16 sender u64   24 incarnation u64   32 counter u64
 //! 40 body_len u16   42 reserved u16 (0)   44 body   44+body_len mac[16]
 //! ```

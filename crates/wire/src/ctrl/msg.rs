@@ -19,6 +19,15 @@ pub const DOMAIN_BYTES_MAX: usize = 32;
 /// first version of the protocol, and a peer that predates domains (which
 /// refuses any flag) only misses the heartbeats of nodes that set one.
 pub const FLAG_DOMAIN: u16 = 1;
+/// Header flag: the heartbeat ends (after the domain label, if any) with a
+/// few peers the sender knows ([`Heartbeat::peers`]). Only set by nodes
+/// without broadcast (seed lists), where nothing else tells a node who else
+/// exists.
+pub const FLAG_PEERS: u16 = 2;
+/// Most peers one heartbeat passes on: enough that membership spreads over
+/// a thousand nodes in a few refresh rounds, small beside the datagram
+/// (each is 8 bytes of id and at most 19 of address).
+pub const HEARTBEAT_PEERS_MAX: usize = 8;
 
 /// A node's id: stable across restarts of the same node (it is derived from
 /// the node's name), so peers can tell a restart (same id, higher
@@ -177,4 +186,14 @@ pub struct Heartbeat {
     /// [`DOMAIN_BYTES_MAX`]); empty when it has none. A mirror's copies go to
     /// different domains when the cluster has them.
     pub domain: String,
+    /// Peers the sender knows, passed on so membership spreads without
+    /// broadcast (at most [`HEARTBEAT_PEERS_MAX`]); empty on a LAN.
+    pub peers: Vec<PeerAddr>,
+}
+
+/// A peer as gossip passes it on: who, and where its control plane listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr {
+    pub node: NodeId,
+    pub ctrl_addr: SocketAddr,
 }

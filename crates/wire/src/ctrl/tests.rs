@@ -74,10 +74,16 @@ fn arb_body() -> impl Strategy<Value = Body> {
             any::<[u64; 5]>(),
             arb_addr(),
             proptest::collection::vec(report, 0..=HEARTBEAT_LEASES_MAX),
-            "([a-z0-9/é-]{1,32})?"
+            "([a-z0-9/é-]{1,32})?",
+            proptest::collection::vec(
+                (any::<u64>(), arb_addr())
+                    .prop_map(|(node, ctrl_addr)| PeerAddr { node, ctrl_addr }),
+                0..=HEARTBEAT_PEERS_MAX
+            )
         )
-            .prop_map(|(name, class, m, data_addr, leases, domain)| Body::Heartbeat(
-                Heartbeat {
+            .prop_map(
+                |(name, class, m, data_addr, leases, domain, peers)| Body::Heartbeat(Heartbeat {
+                    peers,
                     domain: truncate_utf8(domain, DOMAIN_BYTES_MAX),
                     name,
                     class,
@@ -88,8 +94,8 @@ fn arb_body() -> impl Strategy<Value = Body> {
                     available_bytes: m[4],
                     data_addr,
                     leases
-                }
-            )),
+                })
+            ),
     ]
 }
 
@@ -129,6 +135,7 @@ fn sample_heartbeat() -> Heartbeat {
         data_addr: "10.0.0.1:7070".parse().unwrap(),
         leases: vec![],
         domain: String::new(),
+        peers: vec![],
     }
 }
 
@@ -196,11 +203,19 @@ fn encoding_refuses_what_decoding_would() {
         data_addr: "0.0.0.0:0".parse().unwrap(),
         leases: vec![],
         domain: String::new(),
+        peers: vec![],
     };
     let wide =
         Heartbeat { name: "n".into(), domain: "d".repeat(DOMAIN_BYTES_MAX + 1), ..long.clone() };
     assert!(encode(&env(Body::Heartbeat(long)), &key(), &mut buf).is_err());
     assert!(encode(&env(Body::Heartbeat(wide)), &key(), &mut buf).is_err());
+    let peer = PeerAddr { node: 1, ctrl_addr: "10.0.0.2:7071".parse().unwrap() };
+    let chatty = Heartbeat {
+        name: "n".into(),
+        peers: vec![peer; HEARTBEAT_PEERS_MAX + 1],
+        ..sample_heartbeat()
+    };
+    assert!(encode(&env(Body::Heartbeat(chatty)), &key(), &mut buf).is_err());
     let mut e = env(Body::Ack(Ack { request_id: 1, lease_id: 1, confirm: false }));
     e.counter = 0;
     assert!(encode(&e, &key(), &mut buf).is_err());
@@ -253,8 +268,8 @@ fn the_domain_label_is_flagged_and_optional() {
         d
     };
     let mut unknown = d1.clone();
-    unknown[6] |= 2;
-    assert_eq!(decode(&sign(unknown), &key()), Err(CtrlError::BadFlags(3)));
+    unknown[6] |= 4;
+    assert_eq!(decode(&sign(unknown), &key()), Err(CtrlError::BadFlags(5)));
     let mut missing = d0.clone();
     missing[6] = 1; // flagged, but the body ends before a label
     assert_eq!(decode(&sign(missing), &key()), Err(CtrlError::Truncated("domain bytes")));
@@ -262,4 +277,45 @@ fn the_domain_label_is_flagged_and_optional() {
     let mut flagged = ack;
     flagged[6] = 1;
     assert_eq!(decode(&sign(flagged), &key()), Err(CtrlError::BadFlags(1)));
+}
+
+/// Gossiped peers follow the domain label under FLAG_PEERS, which only a
+/// heartbeat may carry; an empty or oversized list under the flag, or a
+/// list cut short, is refused.
+#[test]
+fn gossiped_peers_are_flagged_and_bounded() {
+    let sign = |mut d: Vec<u8>| {
+        let n = d.len() - CTRL_MAC_BYTES;
+        let mac = key().mac(&d[..n]);
+        d[n..].copy_from_slice(&mac);
+        d
+    };
+    let peers = vec![
+        PeerAddr { node: 7, ctrl_addr: "10.0.0.2:7071".parse().unwrap() },
+        PeerAddr { node: 9, ctrl_addr: "[fe80::1]:7071".parse().unwrap() },
+    ];
+    let both = Heartbeat { domain: "r1".into(), peers: peers.clone(), ..sample_heartbeat() };
+    let d = enc(&env(Body::Heartbeat(both.clone())));
+    assert_eq!(u16::from_le_bytes([d[6], d[7]]), FLAG_DOMAIN | FLAG_PEERS);
+    assert_eq!(decode(&d, &key()).unwrap().body, Body::Heartbeat(both));
+    let only = Heartbeat { peers, ..sample_heartbeat() };
+    let d = enc(&env(Body::Heartbeat(only)));
+    assert_eq!(u16::from_le_bytes([d[6], d[7]]), FLAG_PEERS);
+    let plain = enc(&env(Body::Heartbeat(sample_heartbeat())));
+    // The flag with no list after the body, or a list of none or too many.
+    let mut bare = plain.clone();
+    bare[6] = FLAG_PEERS as u8;
+    assert_eq!(decode(&sign(bare), &key()), Err(CtrlError::Truncated("peers")));
+    for count in [0u8, HEARTBEAT_PEERS_MAX as u8 + 1] {
+        let n = plain.len() - CTRL_MAC_BYTES;
+        let mut d = plain[..n].to_vec();
+        d[6] = FLAG_PEERS as u8;
+        d.push(count);
+        d.extend_from_slice(&[0u8; CTRL_MAC_BYTES]);
+        assert!(decode(&sign(d), &key()).is_err(), "{count} peers");
+    }
+    let ack = enc(&env(Body::Ack(Ack { request_id: 1, lease_id: 2, confirm: true })));
+    let mut flagged = ack;
+    flagged[6] = FLAG_PEERS as u8;
+    assert_eq!(decode(&sign(flagged), &key()), Err(CtrlError::BadFlags(FLAG_PEERS.into())));
 }
