@@ -105,3 +105,35 @@ fn a_scripted_scenario_runs_as_written() {
     let unknown = r#"{"nodes": [{"memory_mib": 256, "used_mib": 3, "colour": 1}]}"#;
     assert!(Scenario::parse(unknown).unwrap_err().contains("colour"));
 }
+
+/// A steady load: 100 nodes of 16 GiB, half lending at a fixed use, half
+/// at a fixed use running one far-memory job from 12 s to the end. The
+/// cluster makes no more class changes than it has nodes (each node's
+/// first classification out of neutral; 99 in this run), sends no
+/// reclaim, and meets every job: no oscillation. Also with seed lists
+/// instead of broadcast (membership by gossip).
+#[test]
+fn under_a_steady_load_classes_settle_once() {
+    use memlend_sim::scenario::{Job, NodeScript, Scenario};
+    let nodes: Vec<NodeScript> = (0..100u64)
+        .map(|i| match i % 2 {
+            0 => NodeScript { memory_mib: 16384, used_mib: 3000 + i * 37 % 4000, jobs: vec![] },
+            _ => NodeScript {
+                memory_mib: 16384,
+                used_mib: 9000 + i * 53 % 3000,
+                jobs: vec![Job { start_s: 12, end_s: 600, far_mib: 1024 + i * 97 % 3000 }],
+            },
+        })
+        .collect();
+    for seeds in [0, 3] {
+        let mut p = Params::new(nodes.len(), 180, 1);
+        p.scenario = Some(Scenario { nodes: nodes.clone() });
+        p.seeds = seeds;
+        let r = run(&p).expect("valid parameters").outcome;
+        assert!(r.engine["class_changes"] <= 100, "seeds {seeds}: {:?}", r.engine);
+        assert_eq!(r.engine["reclaims_sent"], 0, "seeds {seeds}: {:?}", r.engine);
+        assert_eq!(r.demand_met, 50, "seeds {seeds}: {r:?}");
+        assert_eq!(r.unmet_end_bytes, 0, "seeds {seeds}: {r:?}");
+        assert!(r.harvest_pct.is_some_and(|h| h > 95.0), "seeds {seeds}: {:?}", r.harvest_pct);
+    }
+}
