@@ -11,8 +11,10 @@ use memlend_wire::ctrl::{Heartbeat, NodeClass, NodeId};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-/// Most peers one node tracks. A heartbeat from one more is ignored (and
-/// counted), so a flood of forged ids cannot grow memory without bound.
+/// Most peers one node tracks, so a flood of ids cannot grow memory without
+/// bound. Past it a newcomer is refused unless the engine makes room for it
+/// (`Members::forget_one`): a server with room, or a peer in a handshake,
+/// takes the place of the longest-silent peer the engine can spare.
 pub const PEERS_MAX: usize = 1024;
 
 /// One peer as last heard.
@@ -132,6 +134,19 @@ impl Members {
         self.peers.len()
     }
 
+    /// When the table is full, forget the longest-silent peer that `keep`
+    /// does not want kept, and say which; None if the table has room or
+    /// every peer is kept. One pass over the table, only when it is full.
+    pub fn forget_one(&mut self, keep: impl Fn(&Peer) -> bool) -> Option<NodeId> {
+        if self.peers.len() < PEERS_MAX {
+            return None;
+        }
+        let spare = self.peers.values().filter(|p| !keep(p)).min_by_key(|p| p.last_heard_us)?;
+        let node = spare.node;
+        self.peers.remove(&node);
+        Some(node)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.peers.is_empty()
     }
@@ -185,6 +200,20 @@ mod tests {
         assert_eq!(dead.len(), 1);
         assert!(m.is_empty());
         assert_eq!(m.touch(7, 101, addr(2), 3_800), Heard::Joined);
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_longest_silent_peer_it_may_spare() {
+        let mut m = Members::default();
+        assert_eq!(m.forget_one(|_| false), None, "room left: nothing forgotten");
+        for n in 0..PEERS_MAX as u64 {
+            m.touch(n, 1, addr(1), 1_000 + n);
+        }
+        assert_eq!(m.touch(9_999, 1, addr(2), 5_000), Heard::Refused);
+        assert_eq!(m.forget_one(|p| p.node == 0), Some(1), "0 is kept, 1 is the next oldest");
+        assert_eq!(m.touch(9_999, 1, addr(2), 5_000), Heard::Joined);
+        assert_eq!(m.len(), PEERS_MAX);
+        assert_eq!(m.forget_one(|_| true), None, "every peer kept: the newcomer waits");
     }
 
     #[test]

@@ -154,7 +154,19 @@ impl Engine {
             return; // our own broadcast, looped back
         }
         self.metrics.received(&body);
-        match self.members.touch(sender, incarnation, from, now_us) {
+        let mut heard = self.members.touch(sender, incarnation, from, now_us);
+        if heard == Heard::Refused && self.worth_a_place(&body) {
+            let partners = self.partners();
+            let unit = self.cfg.grant_unit_bytes.max(1);
+            let keep = |p: &crate::members::Peer| {
+                partners.contains_key(&p.node)
+                    || (p.class == NodeClass::Server && p.available_bytes >= unit && !p.suspect)
+            };
+            if self.members.forget_one(keep).is_some() {
+                heard = self.members.touch(sender, incarnation, from, now_us);
+            }
+        }
+        match heard {
             Heard::Stale | Heard::Refused => return,
             Heard::Restarted => {
                 self.peer_gone(sender, "restarted");
@@ -255,6 +267,20 @@ impl Engine {
         self.no_rumor(sender);
         self.donor_heard_reports(sender, hb);
         self.heard_of(&hb.peers);
+    }
+
+    /// Whether a peer the full member table refused should take a place:
+    /// a server with room (what borrowers need to know), or any message of
+    /// a handshake or lease (dropping those would stall a lease). A
+    /// heartbeat of any other peer waits for a place.
+    fn worth_a_place(&self, body: &Body) -> bool {
+        match body {
+            Body::Heartbeat(hb) => {
+                hb.class == NodeClass::Server
+                    && hb.available_bytes >= self.cfg.grant_unit_bytes.max(1)
+            }
+            _ => true,
+        }
     }
 
     /// A peer restarted or went silent: drop what it lent us and what we
