@@ -116,12 +116,13 @@ impl Coded {
             }
             let stripes: Vec<u64> = wanted.iter().map(|&(_, s)| s).collect();
             let mut buf = vec![0u8; stripes.len() * PAGE_SIZE];
-            match self.legs[j].store().read(&mut read_ops(&stripes, &mut buf)) {
+            let store = self.legs[j].store();
+            match store.read(&mut read_ops(&stripes, &mut buf)) {
                 // An authenticating leg returned the good pages; the sums
                 // find the bad ones.
                 Ok(()) | Err(StoreError::Corrupt { .. }) => got.push(Some(buf)),
                 Err(e) => {
-                    self.leg_failed(j, &e, "read");
+                    self.leg_failed(j, &store, &e, "read");
                     got.push(None);
                 }
             }
@@ -180,7 +181,7 @@ impl Coded {
         })?;
         let mut kept = None;
         for (leg, e) in failed.into_inner() {
-            if !self.leg_failed(leg, &e, "write") {
+            if !self.leg_failed(leg, &stores[leg], &e, "write") {
                 kept = Some(e);
             }
         }

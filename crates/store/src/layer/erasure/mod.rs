@@ -210,11 +210,29 @@ impl Coded {
         }
     }
 
-    /// Drop leg `leg` after error `e`, unless it is readable and m legs are
-    /// unreadable already (then it is kept: see the module comment).
-    /// Returns whether it was dropped (or was already).
-    fn leg_failed(&self, leg: usize, e: &StoreError, what: &str) -> bool {
+    /// Drop leg `leg` after error `e` from `used`, its store when the
+    /// operation began, unless it is readable and m legs are unreadable
+    /// already (then it is kept: see the module comment). Returns whether
+    /// the shard is unusable for the operation (dropped now or before).
+    ///
+    /// A store the slot no longer holds is not the leg's fault: a read sent
+    /// to a donor that died can fail after a spare took the slot, and
+    /// charging that error to the slot dropped the fresh spare too (a 2+1
+    /// code then ran with two legs failed; seen in the chaos test).
+    fn leg_failed(
+        &self,
+        leg: usize,
+        used: &Arc<dyn PageStore>,
+        e: &StoreError,
+        what: &str,
+    ) -> bool {
         let l = &self.legs[leg];
+        let same = |a: &Arc<dyn PageStore>| {
+            std::ptr::eq(Arc::as_ptr(a).cast::<()>(), Arc::as_ptr(used).cast::<()>())
+        };
+        if !same(&l.store.read()) {
+            return true;
+        }
         // Concurrent failures may both pass this check and drop m + 1 legs;
         // that is the behaviour before the check, and needs two legs
         // failing within the same instant.

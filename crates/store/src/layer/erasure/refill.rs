@@ -63,11 +63,12 @@ fn read_sources(c: &Coded, slot: usize, first: u64, n: u64) -> Option<Vec<Source
             continue;
         }
         let mut bytes = vec![0u8; n as usize * PAGE_SIZE];
-        match c.legs[leg].store().read(&mut [ReadOp { page: first, buf: &mut bytes }]) {
+        let store = c.legs[leg].store();
+        match store.read(&mut [ReadOp { page: first, buf: &mut bytes }]) {
             Ok(()) => sources.push(Source { leg, bytes }),
             Err(StoreError::Corrupt { .. }) => return None,
             Err(e) => {
-                c.leg_failed(leg, &e, "read");
+                c.leg_failed(leg, &store, &e, "read");
             }
         }
     }
@@ -106,8 +107,9 @@ fn write_shards(
     if ops.is_empty() {
         return Ok(0);
     }
-    if let Err(e) = c.legs[slot].store().write(&ops) {
-        c.leg_failed(slot, &e, "rebuild");
+    let store = c.legs[slot].store();
+    if let Err(e) = store.write(&ops) {
+        c.leg_failed(slot, &store, &e, "rebuild");
         return Err(e);
     }
     Ok(runs.iter().map(|(_, buf)| (buf.len() / PAGE_SIZE) as u64).sum())
@@ -201,8 +203,9 @@ fn fill_stripe(c: &Coded, slot: usize, stripe: u64) -> StoreResult<bool> {
             parity.into_iter().nth(slot - c.k).expect("m parity shards")
         }
     };
-    if let Err(e) = c.legs[slot].store().write(&[WriteOp { page: stripe, data: &shard }]) {
-        c.leg_failed(slot, &e, "rebuild");
+    let store = c.legs[slot].store();
+    if let Err(e) = store.write(&[WriteOp { page: stripe, data: &shard }]) {
+        c.leg_failed(slot, &store, &e, "rebuild");
         return Err(e);
     }
     Ok(true)

@@ -23,13 +23,14 @@ impl Coded {
             let n = (page + count - first).div_ceil(k);
             let mut bounce = vec![0u8; n as usize * PAGE_SIZE];
             let leg_op = ReadOp { page: first / k, buf: &mut bounce };
-            match self.legs[d].store().read(&mut [leg_op]) {
+            let store = self.legs[d].store();
+            match store.read(&mut [leg_op]) {
                 // A leg that authenticates its pages (an encrypted slab)
                 // found some bad: it returned the rest, and the sums below
                 // send the bad ones to `degraded`. A bad shard, not a dead leg.
                 Ok(()) | Err(StoreError::Corrupt { .. }) => {}
                 Err(e) => {
-                    self.leg_failed(d, &e, "read");
+                    self.leg_failed(d, &store, &e, "read");
                     continue;
                 }
             }
@@ -77,9 +78,10 @@ impl Coded {
     /// sum when `page` is given, or a parity page.
     fn read_shard(&self, stripe: u64, j: usize, page: Option<u64>) -> StoreResult<Vec<u8>> {
         let mut data = vec![0u8; PAGE_SIZE];
-        if let Err(e) = self.legs[j].store().read(&mut [ReadOp { page: stripe, buf: &mut data }]) {
+        let store = self.legs[j].store();
+        if let Err(e) = store.read(&mut [ReadOp { page: stripe, buf: &mut data }]) {
             if !matches!(e, StoreError::Corrupt { .. }) {
-                self.leg_failed(j, &e, "read");
+                self.leg_failed(j, &store, &e, "read");
             }
             return Err(e);
         }

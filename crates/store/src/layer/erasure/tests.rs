@@ -333,3 +333,22 @@ fn a_lying_source_does_not_poison_the_rebuild() {
     check_all(&e, 1);
     assert_eq!(e.stats().lost_pages, 0);
 }
+
+/// An error from a store the slot no longer holds (a read sent to a dead
+/// donor that fails after a spare took its slot) does not drop the spare;
+/// the same error from the slot's own store does.
+#[test]
+fn an_error_from_a_replaced_store_does_not_drop_its_spare() {
+    let (_f, e) = legs(4, 2);
+    let c = &e.inner;
+    let old = c.legs[0].store();
+    let spare: Arc<dyn PageStore> = Flaky::new(PAGES.div_ceil(4));
+    *c.legs[0].store.write() = Arc::clone(&spare);
+    let err = StoreError::Unavailable("connection reset".into());
+    assert!(c.leg_failed(0, &old, &err, "read"), "the operation's shard is still unusable");
+    assert!(c.legs[0].readable(), "the spare in the slot is kept");
+    assert_eq!(e.stats().leg_failures, 0);
+    assert!(c.leg_failed(0, &spare, &err, "read"));
+    assert!(!c.legs[0].readable(), "an error from the slot's own store drops it");
+    assert_eq!(e.stats().leg_failures, 1);
+}
