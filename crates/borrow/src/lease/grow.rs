@@ -4,6 +4,12 @@
 //! and using 3 holds about 3 GiB of the cluster's memory, not 32, and a
 //! cluster that cannot lend everything at once can still run it.
 //!
+//! The next segment is leased ahead: when writes first reach half of a
+//! segment (`store::layer::watermark`), the lease thread is asked for the
+//! next one without waiting for the answer, so the write-back that first
+//! reaches it finds its lease there. The cost is at most one segment held
+//! before it is written, and never before its predecessor is half full.
+//!
 //! Segment sizes start at `first` and double, up to `SEGMENT_BYTES_MAX`:
 //! few leases for a big region (each lease is a slab and a connection),
 //! small ones while a region is young. Offsets are fixed, so the preload
@@ -11,6 +17,7 @@
 
 use super::{Event, Grow};
 use memlend_store::layer::on_demand::{OnDemand, Open};
+use memlend_store::layer::watermark::{Hook, Watermark};
 use memlend_store::{PageStore, StoreInfo, PAGE_SIZE};
 use std::sync::mpsc::{self, SyncSender};
 use std::sync::Arc;
@@ -69,6 +76,29 @@ pub type Asks = SyncSender<Event>;
 pub fn unleased_segment(segment: usize, pages: u64, like: StoreInfo, asks: Asks) -> OnDemand {
     let open: Open = Box::new(move || ask(segment, pages, &asks));
     OnDemand::new(pages, like, format!("segment {segment}"), GROW_RETRY, open)
+}
+
+/// Segment `segment` of `pages`, with a watermark at its half that asks the
+/// lease thread for segment `segment + 1` (of `next_pages`) ahead of its
+/// first write. The ask is queued and not waited for; if the queue is full
+/// it is dropped, and the next segment is leased at its first write.
+pub fn leasing_ahead(
+    store: Arc<dyn PageStore>,
+    pages: u64,
+    segment: usize,
+    next_pages: u64,
+    asks: Asks,
+) -> Watermark {
+    let hook: Hook = Box::new(move || {
+        // Nobody waits for this answer; the lease thread keeps the store
+        // in its segment table and hands it to the segment's first write.
+        let (reply, _dropped) = mpsc::sync_channel(1);
+        let grow = Grow { segment: segment + 1, pages: next_pages, reply };
+        if asks.try_send(Event::Grow(grow)).is_err() {
+            tracing::debug!(segment = segment + 1, "lease ahead not queued");
+        }
+    });
+    Watermark::new(store, pages / 2, hook)
 }
 
 fn ask(segment: usize, pages: u64, asks: &Asks) -> Result<Arc<dyn PageStore>, String> {

@@ -19,12 +19,13 @@ fn segments_start_small_double_and_cover_the_region_exactly() {
 }
 
 /// A stand-in for the lease thread: answers every ask with a RAM store,
-/// or refuses while `refuse` is set; counts the asks.
+/// or refuses while `refuse` is set; counts the asks, and the asks for
+/// other segments than 3 in its high 32 bits.
 fn lease_thread(events: Receiver<Event>, asks: Arc<AtomicU64>, refuse: Arc<AtomicU64>) {
     std::thread::spawn(move || {
         for e in events {
             let Event::Grow(g) = e else { continue };
-            asks.fetch_add(1, SeqCst);
+            asks.fetch_add(if g.segment == 3 { 1 } else { 1 << 32 }, SeqCst);
             let answer = match refuse.load(SeqCst) {
                 0 => Ok(Arc::new(RamStore::new(g.pages, RamOptions::default()).unwrap())
                     as Arc<dyn PageStore>),
@@ -95,4 +96,30 @@ fn a_refused_segment_fails_its_writes_clearly_then_asks_again() {
     let mut buf = page(0);
     l.read(&mut [ReadOp { page: 0, buf: &mut buf }]).unwrap();
     assert_eq!(buf, page(9));
+}
+
+#[test]
+fn writes_past_half_a_segment_lease_the_next_once_without_waiting() {
+    let (tx, rx) = crate::lease::channel();
+    let (asks, refuse) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    lease_thread(rx, Arc::clone(&asks), refuse);
+    let like = RamStore::new(1, RamOptions::default()).unwrap().info();
+    let seg = Arc::new(unleased_segment(3, 64, like, tx.clone()));
+    let w = leasing_ahead(seg, 64, 3, 128, tx);
+    w.write(&[WriteOp { page: 31, data: &page(1) }]).unwrap();
+    assert_eq!(asks.load(SeqCst), 1, "segment 3 itself, and nothing ahead below its half");
+    for p in 32..64 {
+        w.write(&[WriteOp { page: p, data: &page(p as u8) }]).unwrap();
+    }
+    let ahead = || asks.load(SeqCst) >> 32;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while ahead() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!((ahead(), asks.load(SeqCst) & 0xffff_ffff), (1, 1), "segment 4 asked for once");
+    for p in [31u64, 32, 63] {
+        let mut buf = page(0);
+        w.read(&mut [ReadOp { page: p, buf: &mut buf }]).unwrap();
+        assert_eq!(buf, page(if p == 31 { 1 } else { p as u8 }), "page {p}");
+    }
 }

@@ -1,7 +1,8 @@
 //! Pages on leases from the cluster (a `--pool` placement): ask the local
 //! `memlendd` for memory, open one slab per lease (the lease's credential
 //! is the borrower id), and join them end to end; the first segment is
-//! leased now, each later one as it is first written (`lease::grow`).
+//! leased now, each later one when writes reach half of the one before
+//! (`lease::grow`).
 //! Under `--redundancy mirror` each segment is two legs of leases on
 //! different donors (`lease::mirrored`). Each
 //! lease sits in a `Relocatable`, so when its donor reclaims it the pages
@@ -9,7 +10,7 @@
 //! handed to its lease agent (`crate::lease`), which does that on its own
 //! thread.
 
-use crate::lease::grow::{first_bytes, layout, unleased_segment, Asks};
+use crate::lease::grow::{first_bytes, layout, leasing_ahead, unleased_segment, Asks};
 use crate::lease::mirrored::{donors_of, leg_label, mirror, open_leg};
 use crate::lease::{backed_by_ssd, channel, member, open_lease, spawn, Handoff, Member};
 use crate::{Copies, Opened, Placement, Redundancy};
@@ -49,6 +50,11 @@ pub fn open(p: &Placement, api_path: &Path, pages: u64) -> Result<Opened> {
     let mut stores = vec![Arc::clone(&first.store)];
     for (i, &size) in sizes.iter().enumerate().skip(1) {
         stores.push(Arc::new(unleased_segment(i, size, like.clone(), tx.clone())));
+    }
+    // Each segment but the last leases the next one when half written.
+    for (i, pair) in sizes.windows(2).enumerate() {
+        let store = Arc::clone(&stores[i]);
+        stores[i] = Arc::new(leasing_ahead(store, pair[0], i, pair[1], tx.clone()));
     }
     let store = Concat::new(stores)?;
     let mut describe = first.describe;

@@ -6,8 +6,9 @@
 //! only ciphertext, `stats` counts and times every operation, `stripe`
 //! spreads pages over several stores (donors), `concat` joins stores of
 //! any sizes end to end (leases), `mirror` keeps every page on two or more
-//! stores and rebuilds a lost copy, `relocate` moves pages while in use, `on_demand` opens its store on the first write,
-//! `lost` stands in for a store whose pages are gone, `local_tags` keeps
+//! stores and rebuilds a lost copy, `relocate` moves pages while in use,
+//! `on_demand` opens its store on the first write, `watermark` calls a
+//! hook when writes first reach a page, `lost` stands in for a store whose pages are gone, `local_tags` keeps
 //! a sidecar per page for a store that has none (for `crypt`). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
@@ -30,6 +31,7 @@ pub mod relocate;
 pub mod stats;
 pub mod stripe;
 mod table;
+pub mod watermark;
 
 pub use checksum::Checksum;
 pub use concat::Concat;
