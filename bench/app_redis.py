@@ -229,7 +229,7 @@ def snapshot_memlend(workdir):
     """Copy memlend, memlendd and the preload shim out of target/release, so the
     whole run uses one build even if someone rebuilds meanwhile.
     Returns (why not or None, {name: path}, {name: mtime})."""
-    rel = os.path.join(common.ROOT, "target", "release")
+    rel = common.release_dir()
     names = ("memlend", "memlendd", "libmemlend_preload.so")
     d = os.path.join(workdir, "bin")
     os.makedirs(d, exist_ok=True)

@@ -12,8 +12,14 @@ RESULTS = os.path.join(ROOT, "bench", "results")  # the daemon log goes here too
 FLOORS_SRC = os.path.join(os.path.dirname(ROOT), "shared", "tools", "floors")
 
 
+def release_dir():
+    """Where the binaries come from: target/release, or MEMLEND_RELEASE_DIR to
+    run a benchmark against another build (an A/B of two commits)."""
+    return os.environ.get("MEMLEND_RELEASE_DIR") or os.path.join(ROOT, "target", "release")
+
+
 def bin_path(name):
-    p = os.path.join(ROOT, "target", "release", name)
+    p = os.path.join(release_dir(), name)
     if not os.path.exists(p):
         raise SystemExit(f"{p} is missing: run `make build` first")
     return p

@@ -338,7 +338,7 @@ def snapshot_memlend(workdir):
     """Copy memlend, memlendd and the preload shim out of target/release into
     the run's work dir, so every row of the run uses one build even if
     someone rebuilds meanwhile. Returns (why not, or None; {file: mtime})."""
-    rel = os.path.join(common.ROOT, "target", "release")
+    rel = common.release_dir()
     p = os.path.join(rel, "memlend")
     if not os.path.exists(p):
         return f"{p} is missing (cargo build --release -p memlend)", {}

@@ -36,12 +36,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 from report import Bars, Column, report  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE = "2G"
-MEMLENDD = os.path.join(REPO, "target/release/memlendd")
-EXAMPLE = os.path.join(REPO, "target/release/examples/nbd_serve")
+MEMLENDD = os.path.join(common.release_dir(), "memlendd")
+EXAMPLE = os.path.join(common.release_dir(), "examples", "nbd_serve")
 
 # name, fio rw, block size, iodepth per job, jobs (connections), extra args
 POINTS = [
