@@ -118,6 +118,15 @@ def replay(path, cache, warm_entries):
     return json.loads(out.stdout)["traces"][0]
 
 
+def keep(d, mix, path, loaded, warm, ops):
+    os.makedirs(d, exist_ok=True)
+    stem = os.path.join(d, mix.replace("/", "-"))
+    shutil.move(path, stem + ".trace")
+    with open(stem + ".json", "w") as f:
+        json.dump({"load_entries": loaded, "warm_entries": warm, "ops": ops}, f)
+    print(f"   kept {stem}.trace", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="768M", help="data loaded into redis (default 768M)")
@@ -125,6 +134,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=120.0, help="operations traced per mix")
     ap.add_argument("--cache", default="10%,25%,50%,75%")
     ap.add_argument("--name", default="policies")
+    ap.add_argument("--keep-traces", metavar="DIR",
+                    help="move each trace here (MIX.trace, with MIX.json: entries in the load, ops) "
+                         "to replay again later, e.g. through crates/replay/examples/probe_window.rs")
     a = ap.parse_args()
     a.size = parse_size(a.size)
     if shutil.which("redis-server") is None:
@@ -139,6 +151,8 @@ def main():
             total = os.path.getsize(path) // 4
             warm = loaded + (total - loaded) // 3
             res = replay(path, a.cache, warm)
+            if a.keep_traces:
+                keep(a.keep_traces, mix, path, loaded, warm, ops)
             measured_ops = ops["ops"] * 2 / 3
             opt = {o["cache_pages"]: o["misses"] for o in res["outcomes"] if o["policy"] == "opt"}
             for o in res["outcomes"]:
