@@ -205,7 +205,7 @@ pub(crate) const ADDS: &str = "a CRC32C of every page, checked on every read";
 /// the corrupt pages it caught.
 pub(crate) fn named(
     base: Arc<dyn PageStore>,
-    reports: &mut Vec<super::registry::Report>,
+    reports: &mut Vec<super::report::Report>,
 ) -> StoreResult<Arc<dyn PageStore>> {
     let layer = Arc::new(Checksum::new(base)?);
     let seen = Arc::clone(&layer);

@@ -360,7 +360,7 @@ pub(crate) const ADDS: &str = "AES-256-GCM under a fresh key, tags kept here";
 /// be a file or a stack of donors and only pages move through it.
 pub(crate) fn named(
     base: Arc<dyn PageStore>,
-    reports: &mut Vec<super::registry::Report>,
+    reports: &mut Vec<super::report::Report>,
 ) -> StoreResult<Arc<dyn PageStore>> {
     let mut key = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)

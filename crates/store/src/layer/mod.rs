@@ -28,6 +28,7 @@ pub mod mirror;
 pub mod on_demand;
 pub mod registry;
 pub mod relocate;
+pub mod report;
 pub mod stats;
 pub mod stripe;
 mod table;

@@ -26,8 +26,7 @@ pub const LAYERS_MAX: usize = 8;
 /// Longest spec accepted, in bytes (it travels in an environment variable).
 pub const SPEC_BYTES_MAX: usize = 256;
 
-/// What a built stack's layers have to say at the end of a run.
-pub type Report = Box<dyn Fn() -> String + Send + Sync>;
+pub use super::report::Report;
 
 /// Wraps a store in one layer, adding the layer's report line, if any.
 pub type Wrap = fn(Arc<dyn PageStore>, &mut Vec<Report>) -> StoreResult<Arc<dyn PageStore>>;

@@ -198,7 +198,7 @@ pub(crate) const ADDS: &str = "every operation counted and timed";
 /// operation its count, pages and latency.
 pub(crate) fn named(
     base: std::sync::Arc<dyn PageStore>,
-    reports: &mut Vec<super::registry::Report>,
+    reports: &mut Vec<super::report::Report>,
 ) -> StoreResult<std::sync::Arc<dyn PageStore>> {
     let layer = std::sync::Arc::new(Stats::new(base));
     let seen = std::sync::Arc::clone(&layer);
