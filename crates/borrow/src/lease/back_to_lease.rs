@@ -14,7 +14,7 @@
 //! daemon (`Ask::Home`) as demand, so the node stays a client meanwhile
 //! rather than flickering to neutral between two asks.
 
-use super::Ear;
+use super::Agent;
 use memlend_pool::api::Ask;
 use memlend_store::layer::relocate::{self, RelocateOptions};
 use memlend_store::PAGE_SIZE;
@@ -55,15 +55,14 @@ impl BackToLease {
     }
 }
 
-impl Ear {
+impl Agent {
     /// Tell the daemon how much waits at home, when that changed: it is
     /// demand (the node is a client while it lasts), not a passing ask.
     pub(crate) fn report_home(&mut self) {
-        let waiting = self.members.iter().filter(|m| m.lease.is_none() && m.may_return);
-        let bytes = waiting.map(|m| m.pages * PAGE_SIZE as u64).sum();
+        let bytes = self.roster.waiting_home_bytes();
         if bytes != self.back_to_lease.reported {
             self.back_to_lease.reported = bytes;
-            let _ = self.client.ask(&Ask::Home { bytes });
+            self.daemon.ask(&Ask::Home { bytes });
         }
     }
 
@@ -72,11 +71,11 @@ impl Ear {
         if Instant::now() < self.back_to_lease.next {
             return;
         }
-        let Some(i) = self.members.iter().position(|m| m.lease.is_none() && m.may_return) else {
+        let Some((i, _)) = self.roster.waiting_home().next() else {
             self.back_to_lease.next = Instant::now() + RETURN_MAX;
             return;
         };
-        let pages = self.members[i].pages;
+        let pages = self.roster.members[i].pages;
         let Some((target, g)) = self.replacement(i, GRANT_WAIT) else {
             return self.back_to_lease.refused();
         };
@@ -85,10 +84,10 @@ impl Ear {
             deadline: Some(start + MOVE_DEADLINE),
             batch_pages: relocate::BATCH_PAGES_MAX,
         };
-        let from = self.members[i].donor_name.clone();
-        match self.members[i].reloc.relocate(target, opts, &|_| {}) {
+        let from = self.roster.members[i].donor_name.clone();
+        match self.roster.members[i].reloc.relocate(target, opts, &|_| {}) {
             Ok(_) => {
-                let m = &mut self.members[i];
+                let m = &mut self.roster.members[i];
                 m.lease = Some((g.donor, g.lease));
                 m.donor_name = g.donor_name.clone();
                 let ms = start.elapsed().as_millis();
@@ -104,7 +103,7 @@ impl Ear {
             }
             Err(e) => {
                 tracing::warn!(error = %e, %from, "could not move pages back to a lease");
-                self.release(std::slice::from_ref(&g));
+                self.daemon.release(g.donor, g.lease);
                 self.back_to_lease.refused();
             }
         }

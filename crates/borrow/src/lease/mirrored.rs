@@ -9,13 +9,14 @@
 //! (`Event::Spare`), leased away from the segment's donors, and fills it.
 
 use super::grow::{Asks, GROW_WAIT};
-use super::{member, open_lease, Ear, Event, Member};
-use anyhow::{Context, Result};
+use super::roster::{donors, Member};
+use super::slabs::Leg;
+use super::{Agent, Event};
+use anyhow::Result;
 use memlend_pool::api::LeaseGrant;
 use memlend_pool::engine::AVOID_NODES_MAX;
-use memlend_remote::ClientConfig;
 use memlend_store::layer::mirror::SpareFn;
-use memlend_store::layer::{Concat, Mirror, MirrorOptions};
+use memlend_store::layer::{Mirror, MirrorOptions};
 use memlend_store::{PageStore, StoreError, StoreResult, PAGE_SIZE};
 use std::sync::mpsc::{self, SyncSender};
 use std::sync::Arc;
@@ -29,43 +30,6 @@ pub struct Spare {
     pub segment: usize,
     pub pages: u64,
     pub reply: SyncSender<SpareAnswer>,
-}
-
-/// One leg: its leases as members, and the store over them.
-pub struct Leg {
-    pub members: Vec<Member>,
-    pub store: Arc<dyn PageStore>,
-    pub label: String,
-}
-
-/// Open `grants` as one leg of `segment`.
-pub fn open_leg(
-    grants: &[LeaseGrant],
-    segment: usize,
-    cfg: &ClientConfig,
-    encrypt: bool,
-) -> Result<Leg> {
-    let mut members = Vec::with_capacity(grants.len());
-    for g in grants {
-        let store = open_lease(g, cfg, encrypt)?;
-        members.push(member(Some((g.donor, g.lease)), &g.donor_name, store, segment));
-    }
-    let mut stores: Vec<Arc<dyn PageStore>> =
-        members.iter().map(|m| Arc::clone(&m.stats) as Arc<dyn PageStore>).collect();
-    let store: Arc<dyn PageStore> = match stores.len() {
-        1 => stores.pop().expect("one store"),
-        _ => Arc::new(Concat::new(stores).context("joining a leg's leases")?),
-    };
-    Ok(Leg { members, store, label: leg_label(grants) })
-}
-
-/// "n1" or "n1+n3", with the donors' domains where they name one.
-pub fn leg_label(grants: &[LeaseGrant]) -> String {
-    let name = |g: &LeaseGrant| match g.donor_domain.as_str() {
-        "" => g.donor_name.clone(),
-        d => format!("{} ({d})", g.donor_name),
-    };
-    grants.iter().map(name).collect::<Vec<_>>().join("+")
 }
 
 /// The donors of `grants`, for the other leg to avoid.
@@ -101,34 +65,27 @@ fn ask_spare(segment: usize, pages: u64, asks: &Asks) -> StoreResult<(Arc<dyn Pa
     }
 }
 
-impl Ear {
+impl Agent {
     /// The donors of `segment`'s leases, which a new lease for it avoids
     /// when the region is mirrored (the reclaimed or failed one included).
     pub(crate) fn avoid_for(&self, segment: usize) -> Vec<u64> {
-        if !self.mirrored {
-            return Vec::new();
+        match self.mirror_asks {
+            Some(_) => self.roster.donors_of_segment(segment),
+            None => Vec::new(),
         }
-        let mut v: Vec<u64> = self
-            .members
-            .iter()
-            .filter(|m| m.segment == segment)
-            .filter_map(|m| m.lease.map(|(donor, _)| donor))
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v.truncate(AVOID_NODES_MAX);
-        v
     }
 
     /// Both legs of a mirrored segment, or why not (the writer keeps its
-    /// pages and asks again): a mirror never settles for one copy.
+    /// pages and asks again): a mirror never settles for one copy. The
+    /// mirror's rebuilder asks for spares on `asks`.
     pub(crate) fn lease_mirrored(
         &mut self,
         segment: usize,
         pages: u64,
+        asks: Asks,
     ) -> Result<Arc<dyn PageStore>, String> {
         let a = self.lease_leg(segment, pages, &[])?;
-        let avoid: Vec<u64> = donors_of_members(&a.members);
+        let avoid = donors(a.members.iter());
         let b = match self.lease_leg(segment, pages, &avoid) {
             Ok(b) => b,
             Err(e) => {
@@ -136,7 +93,7 @@ impl Ear {
                 return Err(format!("no donor apart from {} for the second copy: {e}", a.label));
             }
         };
-        let m = match mirror(&a, &b, pages, segment, self.asks.clone()) {
+        let m = match mirror(&a, &b, pages, segment, asks) {
             Ok(m) => Arc::new(m),
             Err(e) => {
                 self.release_members(&a.members);
@@ -145,10 +102,10 @@ impl Ear {
             }
         };
         tracing::info!(segment, pages, a = %a.label, b = %b.label, "leased a mirrored segment");
-        for leg in [a, b] {
-            self.add_members(leg.members);
+        for m in a.members.into_iter().chain(b.members) {
+            self.roster.add(m);
         }
-        self.copies.later.lock().push(Arc::clone(&m));
+        self.slabs.copies.later.lock().push(Arc::clone(&m));
         Ok(m)
     }
 
@@ -158,7 +115,9 @@ impl Ear {
         let answer = self.lease_leg(s.segment, s.pages, &avoid).map(|leg| {
             tracing::info!(segment = s.segment, to = %leg.label, "a spare leg for a mirror");
             let out = (Arc::clone(&leg.store), leg.label.clone());
-            self.add_members(leg.members);
+            for m in leg.members {
+                self.roster.add(m);
+            }
             out
         });
         let _ = s.reply.send(answer);
@@ -168,7 +127,8 @@ impl Ear {
     /// leg (the lost one's I/O fails) and rebuilds; the member is dead.
     pub(crate) fn lost_leg(&mut self, donor: u64, lease: u64, why: &str) {
         tracing::warn!(donor, lease, %why, "a mirrored lease was lost: its pages are read from the other copy");
-        if let Some(m) = self.members.iter_mut().find(|m| m.lease == Some((donor, lease))) {
+        if let Some(i) = self.roster.find(donor, lease) {
+            let m = &mut self.roster.members[i];
             m.lease = None;
             m.may_return = false;
         }
@@ -176,37 +136,22 @@ impl Ear {
 
     fn lease_leg(&mut self, segment: usize, pages: u64, avoid: &[u64]) -> Result<Leg, String> {
         let bytes = pages * PAGE_SIZE as u64;
-        let grants = self.await_grants(bytes, GROW_WAIT, true, avoid);
+        let grants = self.daemon.await_grants(bytes, GROW_WAIT, true, avoid);
         let got: u64 = grants.iter().map(|g| g.bytes).sum();
         if got < bytes {
-            self.release(&grants);
+            self.daemon.release_grants(&grants);
             let lent = crate::human_pages(got / PAGE_SIZE as u64);
             return Err(format!("the cluster lent {lent} of {}", crate::human_pages(pages)));
         }
-        open_leg(&grants, segment, &self.cfg, self.encrypt).map_err(|e| {
-            self.release(&grants);
+        self.slabs.open_leg(&grants, segment).map_err(|e| {
+            self.daemon.release_grants(&grants);
             format!("{e:#}")
         })
     }
 
-    fn add_members(&mut self, members: Vec<Member>) {
-        for m in members {
-            self.members.push(m);
-            self.last_pages.push(0);
-        }
-    }
-
     fn release_members(&mut self, members: &[Member]) {
         for (donor, lease) in members.iter().filter_map(|m| m.lease) {
-            let _ = self.client.ask(&memlend_pool::api::Ask::Release { donor, lease });
+            self.daemon.release(donor, lease);
         }
     }
-}
-
-fn donors_of_members(members: &[Member]) -> Vec<u64> {
-    let mut v: Vec<u64> = members.iter().filter_map(|m| m.lease.map(|(d, _)| d)).collect();
-    v.sort_unstable();
-    v.dedup();
-    v.truncate(AVOID_NODES_MAX);
-    v
 }

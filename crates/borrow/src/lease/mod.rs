@@ -1,35 +1,46 @@
 //! The lease agent: when a region borrows from the cluster (`--pool`), one
-//! thread per region, its ear to the local `memlendd`, follows the region's
-//! leases for as long as it lives. `open::cluster` opens the region and
-//! hands it over ([`Handoff`], [`spawn`]); from then on the agent
+//! thread per region follows the region's leases for as long as it lives.
+//! `open::cluster` opens the region and hands it over ([`Handoff`],
+//! [`spawn`]). The agent (`Agent`) joins parts that own their state:
 //!
-//! - leases each later segment when it is first written to (`grow.rs`),
-//!   asking the daemon for grants and opening them (`grants.rs`);
-//! - moves a reclaimed lease's pages to another lease or home before the
-//!   deadline, and stands in for a lost one (`reclaim.rs`);
-//! - brings pages that went home back to a lease when the cluster has room
-//!   again (`back_to_lease.rs`);
-//! - reports each lease's activity and what waits at home to the daemon.
+//! - `daemon.rs`: the line to the local `memlendd` (asks out, tells in,
+//!   events set aside while grants are awaited);
+//! - `roster.rs`: the members (each lease or home store) and their
+//!   activity reports;
+//! - `slabs.rs`: how a grant's slab, its SSD copy or a home store is opened;
+//! - `back_to_lease.rs`: the backoff of pages at home asking for a lease.
+//!
+//! What the agent does with them is written on `Agent`, one concern a
+//! file: a segment's first write or its lease ahead, and a replacement
+//! lease (`grants.rs`; the segments' side is `grow.rs`); a reclaim or a
+//! lost lease (`reclaim.rs`); mirrored segments and their spare legs
+//! (`mirrored.rs`); pages at home going back to a lease
+//! (`back_to_lease.rs`).
 
 mod back_to_lease;
+mod daemon;
 mod grants;
 pub mod grow;
 pub mod mirrored;
 mod reclaim;
+mod roster;
+pub mod slabs;
 
-pub(crate) use grants::{backed_by_ssd, open_lease};
+pub use roster::{member, Member};
+pub(crate) use slabs::{backed_by_ssd, open_lease};
 
 use crate::Copies;
 use anyhow::Result;
 use back_to_lease::BackToLease;
-use memlend_pool::api::{Ask, Client, Tell};
+use daemon::Daemon;
+use grow::Asks;
+use memlend_pool::api::{Client, Tell};
 use memlend_remote::ClientConfig;
-use memlend_store::layer::relocate::Relocatable;
-use memlend_store::layer::Stats;
 use memlend_store::PageStore;
-use std::collections::VecDeque;
+use roster::Roster;
+use slabs::Slabs;
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,55 +70,18 @@ pub struct Grow {
     pub reply: SyncSender<Result<Arc<dyn PageStore>, String>>,
 }
 
-/// One lease (or a home store) inside the region.
-pub struct Member {
-    /// `(donor, lease)`; `None` once the pages moved home.
-    pub lease: Option<(u64, u64)>,
-    pub donor_name: String,
-    pub pages: u64,
-    pub reloc: Arc<Relocatable>,
-    pub stats: Arc<Stats<Arc<Relocatable>>>,
-    /// At home, it may go back to a lease (`back_to_lease.rs`).
-    pub may_return: bool,
-    /// The segment of the region it holds pages of (`grow.rs`).
-    pub segment: usize,
-}
-
-pub fn member(
-    lease: Option<(u64, u64)>,
-    donor_name: &str,
-    store: Arc<dyn PageStore>,
-    segment: usize,
-) -> Member {
-    let pages = store.info().pages;
-    let reloc = Arc::new(Relocatable::new(store));
-    let stats = Arc::new(Stats::new(Arc::clone(&reloc)));
-    let donor_name = donor_name.to_string();
-    Member { lease, donor_name, pages, reloc, stats, may_return: true, segment }
-}
-
-pub(crate) struct Ear {
-    pub(crate) client: Client,
-    pub(crate) events: Receiver<Event>,
-    pub(crate) members: Vec<Member>,
-    pub(crate) cfg: ClientConfig,
-    /// New leases are encrypted, as the first ones were.
-    pub(crate) encrypt: bool,
-    pub(crate) home: Option<PathBuf>,
-    pub(crate) pending: VecDeque<Event>,
-    pub(crate) last_pages: Vec<u64>,
-    /// Every lease has a copy on the local SSD (`--redundancy ssd`).
-    pub(crate) backed: bool,
-    /// Every segment is a mirror over two legs of leases (`mirrored.rs`).
-    pub(crate) mirrored: bool,
-    /// Where a mirror's rebuilder asks for a spare leg.
-    pub(crate) asks: SyncSender<Event>,
-    /// Each segment's store once leased (see `grow.rs`).
-    pub(crate) segments: Vec<Option<Arc<dyn PageStore>>>,
-    /// Where the mirrors of leases added later are counted.
-    pub(crate) copies: Copies,
+/// The lease agent: the parts it joins, each with its own state.
+pub(crate) struct Agent {
+    daemon: Daemon,
+    roster: Roster,
+    slabs: Slabs,
+    /// Each segment's store once leased (`grow.rs`).
+    segments: Vec<Option<Arc<dyn PageStore>>>,
+    /// Set when every segment is a mirror over two legs of leases
+    /// (`mirrored.rs`): where the mirrors' rebuilders ask for spare legs.
+    mirror_asks: Option<Asks>,
     /// When pages at home next ask for a lease.
-    pub(crate) back_to_lease: BackToLease,
+    back_to_lease: BackToLease,
 }
 
 /// How `open::cluster::open` hands the region to its lease thread.
@@ -136,28 +110,22 @@ pub fn spawn(
     first: Arc<dyn PageStore>,
 ) -> Result<()> {
     let reader = h.client.try_clone()?;
-    let asks = tx.clone();
+    let mirror_asks = h.mirrored.then(|| tx.clone());
     // The names keep the preload shim out of these threads' allocations.
     std::thread::Builder::new().name("memlend-poolrd".into()).spawn(move || read(reader, tx))?;
     let mut segments = vec![None; h.segments];
     segments[0] = Some(first);
-    let ear = Ear {
-        client: h.client,
-        events,
-        last_pages: vec![0; h.members.len()],
-        members: h.members,
-        cfg: h.cfg,
-        encrypt: h.encrypt,
-        home: h.home,
-        pending: VecDeque::new(),
-        backed: h.backed,
-        mirrored: h.mirrored,
-        asks,
+    let slabs =
+        Slabs { cfg: h.cfg, encrypt: h.encrypt, backed: h.backed, home: h.home, copies: h.copies };
+    let agent = Agent {
+        daemon: Daemon::new(h.client, events),
+        roster: Roster::new(h.members),
+        slabs,
         segments,
-        copies: h.copies,
+        mirror_asks,
         back_to_lease: BackToLease::new(),
     };
-    std::thread::Builder::new().name("memlend-pool".into()).spawn(move || ear.run())?;
+    std::thread::Builder::new().name("memlend-pool".into()).spawn(move || agent.run())?;
     Ok(())
 }
 
@@ -177,34 +145,25 @@ fn read(mut client: Client, tx: SyncSender<Event>) {
     }
 }
 
-impl Ear {
+impl Agent {
     fn run(mut self) {
         let mut next_report = Instant::now() + ACTIVITY_EVERY;
         loop {
-            let event = match self.pending.pop_front() {
-                Some(e) => Some(e),
-                None => {
-                    let wait = next_report.saturating_duration_since(Instant::now());
-                    match self.events.recv_timeout(wait.max(Duration::from_millis(10))) {
-                        Ok(e) => Some(e),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-            };
-            match event {
-                Some(Event::Tell(t)) => self.tell(t),
-                Some(Event::Grow(g)) => self.grow(g),
-                Some(Event::Spare(s)) => self.spare(s),
-                Some(Event::Gone(why)) => {
+            let wait = next_report.saturating_duration_since(Instant::now());
+            match self.daemon.next(wait.max(Duration::from_millis(10))) {
+                Ok(Some(Event::Tell(t))) => self.tell(t),
+                Ok(Some(Event::Grow(g))) => self.grow(g),
+                Ok(Some(Event::Spare(s))) => self.spare(s),
+                Ok(Some(Event::Gone(why))) => {
                     tracing::error!(%why, "leases can no longer be moved on reclaim or added");
                     return;
                 }
-                None => {}
+                Ok(None) => {}
+                Err(()) => return,
             }
             if Instant::now() >= next_report {
                 next_report = Instant::now() + ACTIVITY_EVERY;
-                self.report_activity();
+                self.roster.report_activity(&mut self.daemon, ACTIVITY_EVERY);
             }
             self.report_home();
             self.bring_back();
@@ -214,35 +173,21 @@ impl Ear {
     fn tell(&mut self, tell: Tell) {
         match tell {
             Tell::Reclaim { donor, lease, deadline_ms } => self.reclaim(donor, lease, deadline_ms),
-            Tell::Lost { donor, lease, why } if self.backed => {
+            Tell::Lost { donor, lease, why } if self.slabs.backed => {
                 tracing::warn!(donor, lease, %why, "a lease was lost: its pages are read from their SSD copy");
             }
-            Tell::Lost { donor, lease, why } if self.mirrored => self.lost_leg(donor, lease, &why),
+            Tell::Lost { donor, lease, why } if self.mirror_asks.is_some() => {
+                self.lost_leg(donor, lease, &why)
+            }
             Tell::Lost { donor, lease, why } => self.lost(donor, lease, &why),
             // A grant that came after its ask stopped waiting (the daemon
             // retries for a few seconds): nobody will use it, so give it
             // back rather than hold the donor's memory until the exit.
             Tell::Lease(g) => {
                 tracing::info!(lease = g.lease, from = %g.donor_name, "a late grant, given back");
-                let _ = self.client.ask(&Ask::Release { donor: g.donor, lease: g.lease });
+                self.daemon.release(g.donor, g.lease);
             }
             _ => {}
-        }
-    }
-
-    fn report_activity(&mut self) {
-        for (i, m) in self.members.iter().enumerate() {
-            let snap = m.stats.snapshot();
-            let pages = snap.read.pages + snap.write.pages;
-            let rate = pages.saturating_sub(self.last_pages[i]) / ACTIVITY_EVERY.as_secs().max(1);
-            self.last_pages[i] = pages;
-            if let Some((donor, lease)) = m.lease {
-                let _ = self.client.ask(&Ask::Activity {
-                    donor,
-                    lease,
-                    pages_per_s: rate.min(u32::MAX as u64) as u32,
-                });
-            }
         }
     }
 }

@@ -5,32 +5,27 @@
 //! write kept while pages move. A lease lost with no other copy gets a
 //! stand-in that fails its pages' reads and keeps new writes at home.
 
-use super::Ear;
-use anyhow::Result;
-use memlend_pool::api::Ask;
+use super::Agent;
 use memlend_store::layer::relocate::{self, Progress, RelocateOptions};
 use memlend_store::layer::Lost;
-use memlend_store::ram::{RamOptions, RamStore};
-use memlend_store::{PageStore, PAGE_SIZE};
-use std::path::Path;
+use memlend_store::PAGE_SIZE;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-impl Ear {
+impl Agent {
     pub(super) fn reclaim(&mut self, donor: u64, lease: u64, deadline_ms: u64) {
-        let Some(i) = self.members.iter().position(|m| m.lease == Some((donor, lease))) else {
-            let _ = self.client.ask(&Ask::Release { donor, lease });
-            return;
+        let Some(i) = self.roster.find(donor, lease) else {
+            return self.daemon.release(donor, lease);
         };
         let start = Instant::now();
         let deadline = start + Duration::from_millis(deadline_ms);
-        let pages = self.members[i].pages;
-        let from = self.members[i].donor_name.clone();
+        let pages = self.roster.members[i].pages;
+        let from = self.roster.members[i].donor_name.clone();
         tracing::info!(%from, lease, pages, deadline_ms, "reclaimed: moving the lease's pages");
         let wait = Duration::from_millis(deadline_ms / 4).min(Duration::from_secs(5));
         let (target, to, new_lease) = match self.replacement(i, wait) {
             Some((store, g)) => (store, g.donor_name.clone(), Some((g.donor, g.lease))),
-            None => match home_store(self.home.as_deref(), pages) {
+            None => match self.slabs.home_store(pages) {
                 Ok((s, name)) => (s, name, None),
                 Err(e) => {
                     tracing::error!(error = %e, "no place to move reclaimed pages to");
@@ -49,10 +44,10 @@ impl Ear {
                 tracing::info!(copied = p.pages_copied, total = p.pages_total, "moving pages");
             }
         };
-        match self.members[i].reloc.relocate(target, opts, &progress) {
+        match self.roster.members[i].reloc.relocate(target, opts, &progress) {
             Ok(_) => {
-                let _ = self.client.ask(&Ask::Release { donor, lease });
-                let m = &mut self.members[i];
+                self.daemon.release(donor, lease);
+                let m = &mut self.roster.members[i];
                 m.lease = new_lease;
                 m.donor_name = to.clone();
                 if new_lease.is_none() {
@@ -68,7 +63,7 @@ impl Ear {
             Err(e) => {
                 tracing::error!(error = %e, %from, "could not move a reclaimed lease before its deadline");
                 if let Some((d, l)) = new_lease {
-                    let _ = self.client.ask(&Ask::Release { donor: d, lease: l });
+                    self.daemon.release(d, l);
                 }
             }
         }
@@ -79,11 +74,10 @@ impl Ear {
     /// exists), and new writes go home, so eviction keeps working.
     pub(super) fn lost(&mut self, donor: u64, lease: u64, why: &str) {
         tracing::error!(donor, lease, %why, "a lease was lost: its pages can no longer be read");
-        let Some(m) = self.members.iter_mut().find(|m| m.lease == Some((donor, lease))) else {
-            return;
-        };
+        let Some(i) = self.roster.find(donor, lease) else { return };
+        let m = &mut self.roster.members[i];
         let why = format!("lease {lease} from {} was lost ({why})", m.donor_name);
-        let home = match home_store(self.home.as_deref(), m.pages) {
+        let home = match self.slabs.home_store(m.pages) {
             Ok((s, _)) => s,
             Err(e) => return tracing::error!(error = %e, "no home for a lost lease's new writes"),
         };
@@ -97,14 +91,4 @@ impl Ear {
             Err(e) => tracing::error!(error = %e, "cannot stand in for a lost lease"),
         }
     }
-}
-
-/// Where pages go when no donor takes them: the SSD directory, else RAM.
-pub(crate) fn home_store(dir: Option<&Path>, pages: u64) -> Result<(Arc<dyn PageStore>, String)> {
-    if let Some(dir) = dir {
-        let o = crate::open::ssd::open(dir, Some(pages))?;
-        return Ok((o.store, format!("home ({})", o.describe)));
-    }
-    let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, RamOptions::default())?);
-    Ok((s, "home (RAM)".into()))
 }

@@ -1,5 +1,5 @@
 use super::*;
-use memlend_pool::api::{self, LeaseGrant};
+use memlend_pool::api::{self, Ask, LeaseGrant};
 use memlend_store::ram::{RamOptions, RamStore};
 use std::io::BufReader;
 use std::os::unix::net::UnixListener;

@@ -11,7 +11,8 @@
 //! thread.
 
 use crate::lease::grow::{first_bytes, layout, leasing_ahead, unleased_segment, Asks};
-use crate::lease::mirrored::{donors_of, leg_label, mirror, open_leg};
+use crate::lease::mirrored::{donors_of, mirror};
+use crate::lease::slabs::{leg_label, open_leg};
 use crate::lease::{backed_by_ssd, channel, member, open_lease, spawn, Handoff, Member};
 use crate::{Copies, Opened, Placement, Redundancy};
 use anyhow::{bail, Result};
