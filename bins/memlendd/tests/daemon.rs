@@ -35,6 +35,15 @@ fn wait_listening(addr: SocketAddr, child: &mut Child) {
     }
 }
 
+fn wait_api(path: &std::path::Path, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(path).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "memlendd exited early");
+        assert!(Instant::now() < deadline, "the API socket {} did not answer", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// SIGTERM, then wait at most 10 s for the exit.
 fn stop_by_sigterm(child: &mut Child) -> std::process::ExitStatus {
     // SAFETY: sending a signal to our own child process.
@@ -164,7 +173,9 @@ fn a_cluster_node_stops_cleanly_on_sigterm() {
     );
     let child = &mut reaped.0;
     wait_listening(metrics, child);
-    assert!(std::os::unix::net::UnixStream::connect(&api).is_ok(), "the API socket answers");
+    // One port answering says nothing of the others (the metrics port came
+    // from free_addr and may even be another test's): wait for each.
+    wait_api(&api, child);
     let status = stop_by_sigterm(child);
     let mut log = String::new();
     child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
