@@ -1,10 +1,16 @@
 //! Pages in a local file. The file is unlinked as soon as it is open, so it
 //! goes away with the process however that ends; a block device is used
 //! whole and exclusively.
+//!
+//! A file's pages are placed by `append`: write-backs of scattered pages
+//! reach the disk as whole 64 KiB chunks, so reads do not queue behind a
+//! 4 KiB write per page. The file has `append::HEADROOM` slots per page
+//! (sparse: the disk holds only slots written).
 
 use crate::{Opened, DEFAULT_MAX_PAGES};
 use anyhow::{bail, Context, Result};
 use memlend_store::file::{FileOptions, FileStore};
+use memlend_store::layer::append;
 use memlend_store::{PageStore, StoreError, PAGE_SIZE};
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
@@ -32,22 +38,24 @@ fn create(path: &Path, pages: Option<u64>) -> Result<Opened> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let room = free_pages(dir)? * FREE_SPACE_SHARE_PCT / 100;
     let pages = match pages {
-        Some(p) if p > room => {
+        Some(p) if append::slots_for(p) > room => {
             tracing::warn!(
-                "{}: {p} pages asked, {room} fit in the free space; writes past that fail",
-                path.display()
+                "{}: {p} pages asked, which may take {} pages of disk; {room} fit in the free space; writes past that fail",
+                path.display(),
+                append::slots_for(p)
             );
             p
         }
         Some(p) => p,
-        None => room.min(DEFAULT_MAX_PAGES),
+        None => (room / append::HEADROOM).min(DEFAULT_MAX_PAGES),
     };
     if pages == 0 {
         bail!("{} has no free space for pages", dir.display());
     }
-    let store = create_direct(path, pages)?;
+    let file = create_direct(path, append::slots_for(pages))?;
     // The open descriptor keeps the file; the name would only be left behind.
     std::fs::remove_file(path).with_context(|| format!("cannot unlink {}", path.display()))?;
+    let store = append::Append::new(file, pages)?;
     let describe = format!("file {} (unlinked)", path.display());
     Ok(Opened::new(Arc::new(store), pages, describe, Default::default()))
 }

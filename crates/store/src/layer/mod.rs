@@ -8,13 +8,15 @@
 //! any sizes end to end (leases), `mirror` keeps every page on two or more
 //! stores and rebuilds a lost copy, `relocate` moves pages while in use,
 //! `on_demand` opens its store on the first write, `watermark` calls a
-//! hook when writes first reach a page, `lost` stands in for a store whose pages are gone, `local_tags` keeps
+//! hook when writes first reach a page, `append` writes scattered pages to
+//! whole free chunks below (large writes for a disk), `lost` stands in for a store whose pages are gone, `local_tags` keeps
 //! a sidecar per page for a store that has none (for `crypt`). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
 //! `registry` names the layers that wrap one store, so a stack is written
 //! as a spec (`checksum,stats`) and built in one place.
 
+pub mod append;
 pub mod checksum;
 pub mod concat;
 pub mod crypt;
