@@ -77,12 +77,29 @@ fn create_direct(path: &Path, pages: u64) -> Result<FileStore> {
     }
 }
 
+/// A device is laid out by `append` as a file is, when it has room for
+/// the headroom: by default it serves half its capacity; a size that
+/// leaves no room gets the plain layout (page `p` at `p * 4096`), said.
 fn open_device(path: &Path, pages: Option<u64>) -> Result<Opened> {
-    let len_bytes = pages.map(|p| p * PAGE_SIZE as u64);
-    let store = FileStore::open(path, len_bytes, FileOptions { direct: true })
+    let whole = FileStore::open(path, None, FileOptions { direct: true })
         .with_context(|| format!("cannot open {}", path.display()))?;
-    let pages = store.info().pages;
+    let capacity = whole.info().pages;
+    let pages = pages.unwrap_or(capacity / append::HEADROOM);
     let describe = format!("device {}", path.display());
+    if pages == 0 || append::slots_for(pages) > capacity {
+        tracing::warn!(
+            "{}: {pages} pages leave no room for append's headroom ({} slots, {capacity} there): writes go down page by page",
+            path.display(),
+            append::slots_for(pages)
+        );
+        drop(whole);
+        let len_bytes = Some(pages * PAGE_SIZE as u64);
+        let store = FileStore::open(path, len_bytes, FileOptions { direct: true })
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let pages = store.info().pages;
+        return Ok(Opened::new(Arc::new(store), pages, describe, Default::default()));
+    }
+    let store = append::Append::new(whole, pages)?;
     Ok(Opened::new(Arc::new(store), pages, describe, Default::default()))
 }
 
@@ -136,5 +153,46 @@ mod tests {
         let opened = open(&dir.path().join("new"), None).unwrap();
         assert!(opened.pages > 0 && opened.pages <= DEFAULT_MAX_PAGES);
         assert!(opened.pages <= free_pages(dir.path()).unwrap());
+    }
+
+    fn round_trip(opened: &Opened) {
+        let last = opened.pages - 1;
+        let data: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 251) as u8).collect();
+        opened.store.write(&[memlend_store::WriteOp { page: last, data: &data }]).unwrap();
+        let mut back = vec![0u8; PAGE_SIZE];
+        opened.store.read(&mut [memlend_store::ReadOp { page: last, buf: &mut back }]).unwrap();
+        assert_eq!(back, data);
+    }
+
+    /// A device serves half its capacity through `append` by default, and a
+    /// size that leaves no room for the headroom gets the plain layout.
+    #[test]
+    fn a_device_is_laid_out_by_append_where_it_has_the_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let backing = dir.path().join("backing");
+        std::fs::File::create(&backing).unwrap().set_len(64 * PAGE_SIZE as u64).unwrap();
+        let out =
+            std::process::Command::new("losetup").args(["--find", "--show"]).arg(&backing).output();
+        let dev = match out {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            _ => {
+                memlend_testskip::skip("cannot attach a loop device here");
+                return;
+            }
+        };
+        let detach = || drop(std::process::Command::new("losetup").args(["-d", &dev]).status());
+        let result = std::panic::catch_unwind(|| {
+            let half = open(Path::new(&dev), None).unwrap();
+            assert_eq!(half.pages, 32);
+            assert!(half.store.info().name.starts_with("append("), "{}", half.store.info().name);
+            round_trip(&half);
+            drop(half);
+            let most = open(Path::new(&dev), Some(40)).unwrap();
+            assert_eq!(most.pages, 40);
+            assert!(!most.store.info().name.starts_with("append("));
+            round_trip(&most);
+        });
+        detach();
+        result.unwrap();
     }
 }
