@@ -129,12 +129,14 @@ fn a_short_stride_inside_each_object_maps_little_ahead() {
     // The trend (pages 0, 5, 10, 15) ends with each object; blocks may
     // map the pages beside, but windows along the stride past the object
     // (182 K pages for these 16 K reads, before trends had to show they
-    // were used) must stay rare. How many trends start depends on how many
-    // of an object's pages the policy kept: 1.7-9.3 K over 15 runs.
+    // were used) must stay rare. How many trends start depends on which of
+    // an object's pages the policy kept, and so on timing: 2.2-16.8 K over
+    // 58 runs, idle and with three busy loops beside. The bound guards
+    // against the ungated 182 K with room for that spread.
     let h = region.handler_stats();
     let ahead = h.pages_prefetched - before - h.pages_read_beside;
     eprintln!("mapped ahead along trends: {ahead}; {h:?}");
-    assert!(ahead < 16_000, "{ahead} pages mapped ahead along trends");
+    assert!(ahead < 45_000, "{ahead} pages mapped ahead along trends");
 }
 
 #[test]
