@@ -108,6 +108,15 @@ pub fn print(
         human(peak_rss),
         human(budget * 4096)
     );
+    let batches = sum(reports, "eviction_batches");
+    if let Some(per_batch) = sum(reports, "pages_written_back").checked_div(batches) {
+        eprintln!(
+            "memlend run: eviction: {batches} write-back batches ({per_batch} pages each on \
+             average); {} evictions ran on a fault's path (no free page), {} ahead of the faults",
+            sum(reports, "evictions_on_fault"),
+            sum(reports, "eviction_batches_ahead"),
+        );
+    }
     let waits = sum(reports, "staging_waits");
     if waits > 0 {
         eprintln!(

@@ -71,6 +71,7 @@ impl Eviction {
 
     pub(crate) fn make_room(&mut self, core: &mut Core) {
         if core.table.resident() >= core.mapped_budget() {
+            Counters::add(&core.counters.evictions_on_fault, 1);
             self.evict_batch(core);
         }
     }

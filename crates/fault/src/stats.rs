@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub prefetch_hits: AtomicU64,
     pub prefetch_wasted: AtomicU64,
     pub eviction_batches_ahead: AtomicU64,
+    pub evictions_on_fault: AtomicU64,
     pub pages_zeroed_ahead: AtomicU64,
     pub from_staging: AtomicU64,
     pub waited_on_fetch: AtomicU64,
@@ -145,6 +146,8 @@ pub struct HandlerStats {
     /// free below the budget (also counted in `eviction_batches` if they
     /// wrote anything).
     pub eviction_batches_ahead: u64,
+    /// Eviction batches a fault waited for: no free page when it was read.
+    pub evictions_on_fault: u64,
     /// Untouched pages zero-filled along a trend, ahead of their fault.
     pub pages_zeroed_ahead: u64,
     /// Faults on pages whose write-back was still in flight, served from
@@ -278,6 +281,7 @@ impl Counters {
             prefetch_hits: self.prefetch_hits.load(Relaxed),
             prefetch_wasted: self.prefetch_wasted.load(Relaxed),
             eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
+            evictions_on_fault: self.evictions_on_fault.load(Relaxed),
             pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
             faults_from_staging: self.from_staging.load(Relaxed),
             faults_waited_on_fetch: self.waited_on_fetch.load(Relaxed),

@@ -109,7 +109,8 @@ pub fn stats_json() -> Option<String> {
          \"budget_pages\":{},\"peak_rss_bytes\":{},\"staging_waits\":{},\"staging_wait_ns\":{},\"pool_pages_skipped\":{},\
          \"block_reads\":{},\"pages_read_beside\":{},\"block_pages\":{},\
          \"shared_reads\":{},\"faults_read_along\":{},\
-         \"huge_collapsed\":{},\"huge_failed\":{},",
+         \"huge_collapsed\":{},\"huge_failed\":{},\
+         \"eviction_batches\":{},\"eviction_batches_ahead\":{},\"evictions_on_fault\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -139,6 +140,9 @@ pub fn stats_json() -> Option<String> {
         h.faults_read_along,
         h.huge_collapsed,
         h.huge_failed,
+        s.eviction_batches,
+        h.eviction_batches_ahead,
+        h.evictions_on_fault,
     );
     let m = heap.copies.stats();
     let _ = write!(
