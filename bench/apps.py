@@ -88,7 +88,9 @@ before each run the CPUs get up to --wait-quiet s to become 80% idle. A peer tha
 OOM killer ends gets a row that says so. Per run it records ops/s, latency p50/p99/p99.9
 (per operation), ratios to all-local (same app and mix, same run) and to swap-disk and zswap
 of the same cell, the memcg's max_usage, the total memory (above), swap-ins/outs (vmstat
-pswpin/pswpout and zswpin/zswpout over the timed phase, and over the whole run), the CPU
+pswpin/pswpout and zswpin/zswpout over the timed phase, and over the whole run), "in/op":
+pages brought back per timed operation from wherever each peer keeps them (swap-ins, zswap
+loads, memlend's store and pool faults, from `memlend top`'s live files), the CPU
 pressure during the timed phase (PSI "some": the share of time some task waited for a CPU;
 the client, the server, memlend's threads and the donor share 2 cores), the client's CPU,
 memory.failcnt (how often a charge hit the limit and had to reclaim), memlend's summary
@@ -113,6 +115,7 @@ memcached (apt-get install memcached; scripts/setup.sh installs it).
 import argparse
 import atexit
 import contextlib
+import glob
 import json
 import os
 import shlex
@@ -628,11 +631,11 @@ class Bench:
                                   f"misses {res.get('misses')} bad {res.get('bad_values')}")
             # the timed phase
             if not errors and server.poll() is None:
-                vm1, psi1 = vmstat_all(), common.cpu_psi_total_us()
+                vm1, psi1, live1 = vmstat_all(), common.cpu_psi_total_us(), memlend_live()
                 res = run_json(self.ycsb_args(app, port, records, common_args +
                                               ["--seconds", str(a.seconds), "--seed", str(a.seed + 2000)]),
                                a.seconds + 180)
-                vm2, psi2 = vmstat_all(), common.cpu_psi_total_us()
+                vm2, psi2, live2 = vmstat_all(), common.cpu_psi_total_us(), memlend_live()
                 for k in ("ops", "seconds", "ops_per_s", "reads", "updates", "misses", "bad_values", "errors",
                           "p50_us", "p99_us", "p999_us", "mean_us", "max_us", "client_cpu_s", "first_error"):
                     row[k] = res.get(k)
@@ -646,6 +649,10 @@ class Bench:
                     row["cpu_psi_pct"] = round((psi2 - psi1) / 1e6 / res["seconds"] * 100, 1)
                 for k in ("pswpin", "pswpout", "zswpin", "zswpout", "zswpwb"):
                     row[f"timed_{k}"] = vm2[k] - vm1[k]
+                if any(live2.values()):  # a memlend peer (or a variant of one)
+                    for k in LIVE_KEYS:
+                        row[f"timed_{k}"] = live2[k] - live1[k]
+                add_pages_in(row)
                 # is the client the bottleneck? the same load with twice the threads, between two
                 # runs as is (this machine is shared: one pair alone was too noisy to read)
                 if peer == "local" and a.client_check and not errors:
@@ -794,6 +801,39 @@ def foreign_procs():
     return out
 
 
+# memlend's counters that say where a page came back from (`memlend top`'s live files)
+LIVE_KEYS = ("faults_from_store", "faults_from_pool", "faults_write_protect", "pages_written_back")
+
+
+def memlend_live():
+    """LIVE_KEYS summed over the live files of the memlend processes running now. Each process
+    rewrites its file every second, so a window's counts are within a second of its edges."""
+    out = dict.fromkeys(LIVE_KEYS, 0)
+    for path in glob.glob("/run/memlend-live/*.json") + glob.glob("/tmp/memlend-live-*/*.json"):
+        pid = os.path.basename(path)[:-len(".json")]
+        if not pid.isdigit() or not os.path.exists(f"/proc/{pid}"):
+            continue  # a process killed before it could remove its file
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for k in LIVE_KEYS:
+            out[k] += int(d.get(k) or 0)
+    return out
+
+
+def add_pages_in(row):
+    """in_per_op: pages brought back into the program's memory per timed operation, whatever
+    from (a disk or zram swap-in, a zswap load, a memlend store or pool fault): the miss count
+    the policies are judged by, apart from what each miss costs."""
+    ops = row.get("ops")
+    if not ops:
+        return
+    keys = ("timed_pswpin", "timed_zswpin", "timed_faults_from_store", "timed_faults_from_pool")
+    row["in_per_op"] = round(sum(row.get(k) or 0 for k in keys) / ops, 3)
+
+
 def vmstat_all():
     out = dict.fromkeys(("pswpin", "pswpout", "zswpin", "zswpout", "zswpwb"), 0)
     out.update(vmstat())
@@ -927,6 +967,7 @@ COLUMNS = [
     Column("total_peak_mib", "total MiB", "{:,.0f}"),
     Column("timed_pswpin", "swap-ins", "{:,}"),
     Column("store_faults", "store faults", "{:,}"),
+    Column("in_per_op", "in/op", "{:.2f}"),
     Column("fault_p50_us", "fault p50 us", "{:.1f}"),
     Column("fault_p50_x_floor", "x floor", "{:.2f}"),
     Column("cpu_psi_pct", "cpu wait%", "{:.0f}"),
@@ -1114,7 +1155,7 @@ def main():
                         rows.append(row)
                         log("   ", json.dumps({k: row.get(k) for k in ("ops_per_s", "p50_us", "p99_us",
                                                                      "cg_max_usage_mib", "total_peak_mib",
-                                                                     "timed_pswpin", "store_faults", "ok",
+                                                                     "timed_pswpin", "store_faults", "in_per_op", "ok",
                                                                      "note")}))
     finally:
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # let the cleanup finish
