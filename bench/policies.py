@@ -4,8 +4,8 @@
     /usr/bin/python3 bench/policies.py [--size 768M] [--mixes read-only=100,50/50=50]
                                        [--seconds 120] [--cache 10%,25%,50%,75%]
 
-For each mix: a loopback donor; redis-server under `memlend run --trace DIR` (the tracing
-mode keeps 1 MiB of far pages mapped, so nearly every access to a page outside the last 256
+For each mix: a loopback donor; redis-server (or memcached with four workers: `--app
+memcached`) under `memlend run --trace DIR` (the tracing mode keeps 1 MiB of far pages mapped, so nearly every access to a page outside the last 256
 touched faults and is recorded); YCSB-style load of --size of 1 KiB text records
 (bench/ycsb_load.c, as apps.py); --seconds of zipfian (0.99) operations. Then
 `memlend replay` runs the trace through FIFO, the handler's S3-FIFO as it runs live (it sees
@@ -17,10 +17,12 @@ are shares of the distinct pages the trace touches: 25% is apps.py's 25%-of-memo
 Prints the table; writes results/policies.json and results/policies.png.
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,8 +48,12 @@ def build_ycsb(workdir):
     return out
 
 
-def ycsb(tool, port, records, extra, timeout_s):
-    argv = [tool, "--proto", "redis", "--port", str(port), "--records", str(records),
+# memcg bytes per 1 KiB record, as apps.py measures them
+RECORD_BYTES_BY_APP = {"redis": RECORD_BYTES, "memcached": 1222}
+
+
+def ycsb(tool, port, records, extra, timeout_s, app="redis"):
+    argv = [tool, "--proto", app, "--port", str(port), "--records", str(records),
             "--value-size", "1024", "--values", "text", "--zipf", "0.99", "--seed", "1"] + extra
     out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
@@ -59,16 +65,41 @@ def ycsb(tool, port, records, extra, timeout_s):
     return res
 
 
-def wait_redis(port, proc, timeout_s=60):
+def wait_server(app, port, proc, timeout_s=60):
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"redis under memlend exited {proc.returncode}")
-        ok = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True)
-        if ok.stdout.strip() == "PONG":
-            return
+            raise RuntimeError(f"{app} under memlend exited {proc.returncode}")
+        if app == "redis":
+            ok = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True)
+            if ok.stdout.strip() == "PONG":
+                return
+        else:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
         time.sleep(0.2)
-    raise RuntimeError("redis did not come up")
+    raise RuntimeError(f"{app} did not come up")
+
+
+def server_argv(app, port, workdir, size):
+    if app == "redis":
+        return ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                "no", "--dir", workdir]
+    # as apps.py runs it: four workers, room for every record (no eviction), one user
+    return ["memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-U", "0",
+            "-m", str(2 * size // MIB + 256), "-t", "4", "-c", "4096"]
+
+
+def stop_server(app, port, server):
+    if app == "redis":
+        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True)
+    else:
+        server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.send_signal(signal.SIGKILL)
+        server.wait()
 
 
 def trace_entries(tdir):
@@ -76,34 +107,28 @@ def trace_entries(tdir):
 
 
 def capture(a, tool, workdir, mix, read_pct):
-    """Trace redis through load and operations; (trace path, entries after load, ops)."""
-    records = a.size // RECORD_BYTES
+    """Trace the app through load and operations; (trace path, entries after load, ops)."""
+    records = a.size // RECORD_BYTES_BY_APP[a.app]
     tdir = os.path.join(workdir, f"trace-{read_pct}")
     os.makedirs(tdir)
     dport, port = common.free_port(), common.free_port()
     with common.Daemon(["--lend", "4G", "--listen", f"127.0.0.1:{dport}", "--insecure"]):
         argv = [common.bin_path("memlend"), "run", "--trace", tdir, "--local", "1M",
                 "--far", f"{2 * a.size // MIB + 256}M", "--donor", f"127.0.0.1:{dport}",
-                "--insecure", "-q", "--", "redis-server", "--port", str(port), "--bind",
-                "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir]
+                "--insecure", "-q", "--"] + server_argv(a.app, port, workdir, a.size)
         server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_redis(port, server)
+            wait_server(a.app, port, server)
             print(f"== {mix}: loading {records:,} records under tracing", flush=True)
-            ycsb(tool, port, records, ["--load", "--threads", "16"], 3600)
+            ycsb(tool, port, records, ["--load", "--threads", "16"], 3600, a.app)
             time.sleep(0.5)
             loaded = trace_entries(tdir)
             print(f"   {loaded:,} accesses in the load; {a.seconds:.0f} s of operations", flush=True)
             ops = ycsb(tool, port, records, ["--threads", "16", "--read-pct", str(read_pct),
                                              "--seconds", str(a.seconds), "--seed", "2"],
-                       a.seconds + 600)
+                       a.seconds + 600, a.app)
         finally:
-            subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.send_signal(signal.SIGKILL)
-                server.wait()
+            stop_server(a.app, port, server)
     files = os.listdir(tdir)
     if len(files) != 1:
         raise RuntimeError(f"expected one trace in {tdir}, found {files}")
@@ -129,7 +154,9 @@ def keep(d, mix, path, loaded, warm, ops):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="768M", help="data loaded into redis (default 768M)")
+    ap.add_argument("--app", choices=sorted(RECORD_BYTES_BY_APP), default="redis",
+                    help="the server traced (memcached: four workers, as apps.py runs it)")
+    ap.add_argument("--size", default="768M", help="data loaded into the server (default 768M)")
     ap.add_argument("--mixes", default="read-only=100,50/50=50")
     ap.add_argument("--seconds", type=float, default=120.0, help="operations traced per mix")
     ap.add_argument("--cache", default="10%,25%,50%,75%")
@@ -139,8 +166,9 @@ def main():
                          "to replay again later, e.g. through crates/replay/examples/probe_window.rs")
     a = ap.parse_args()
     a.size = parse_size(a.size)
-    if shutil.which("redis-server") is None:
-        raise SystemExit("redis-server is missing: apt-get install redis-server")
+    server = "redis-server" if a.app == "redis" else "memcached"
+    if shutil.which(server) is None:
+        raise SystemExit(f"{server} is missing: apt-get install {server}")
     rows = []
     workdir = tempfile.mkdtemp(prefix="policies.", dir="/var/tmp")
     try:
@@ -178,12 +206,12 @@ def main():
     plot_rows = list(groups.values())
     policies = [p for p in ["fifo", "s3fifo-blind", "s3fifo", "clock", "lru", "arc"] if any(p in g for g in plot_rows)]
     report(a.name, rows, columns,
-           meta={"size_bytes": a.size, "seconds": a.seconds, "mixes": a.mixes, "cache": a.cache,
+           meta={"app": a.app, "size_bytes": a.size, "seconds": a.seconds, "mixes": a.mixes, "cache": a.cache,
                  "window_pages": 256},
-           title=f"policies: redis {a.size // MIB} MiB, zipf 0.99, traced with memlend run --trace")
+           title=f"policies: {a.app} {a.size // MIB} MiB, zipf 0.99, traced with memlend run --trace")
     png = os.path.join(common.RESULTS, a.name + ".png")
     plot(png, plot_rows, [Bars(x="label", series=[(p, p) for p in policies], ylabel="misses / OPT's",
-                               title="misses against Belady's optimum (redis, zipf 0.99)",
+                               title=f"misses against Belady's optimum ({a.app}, zipf 0.99)",
                                hlines=[(1.0, "opt")])])
     print("wrote", os.path.relpath(png))
 
