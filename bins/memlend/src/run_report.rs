@@ -102,11 +102,13 @@ pub fn print(
         );
     }
     let peak_rss = reports.iter().filter_map(|r| r["peak_rss_bytes"].as_u64()).max().unwrap_or(0);
-    let budget = reports.iter().filter_map(|r| r["budget_pages"].as_u64()).min().unwrap_or(0);
+    let at_exit = |key| reports.iter().filter_map(|r| r[key].as_u64()).min().unwrap_or(0);
     eprintln!(
-        "memlend run: peak resident set {} (the largest process); far budget at exit {}",
+        "memlend run: peak resident set {} (the largest process); far budget at exit {} \
+         ({} of it kept for memlend's buffers)",
         human(peak_rss),
-        human(budget * 4096)
+        human(at_exit("budget_pages") * 4096),
+        human(at_exit("reserve_pages") * 4096)
     );
     let batches = sum(reports, "eviction_batches");
     if let Some(per_batch) = sum(reports, "pages_written_back").checked_div(batches) {

@@ -25,8 +25,8 @@ const FAST_WRITE: Duration = Duration::from_micros(500);
 const SLOW_PAGE: Duration = Duration::from_micros(20);
 const FAST_PAGE: Duration = Duration::from_micros(5);
 /// The most pages one adaptive batch may take, and at most this share of
-/// the budget: the two staging halves are kept out of the budget's mapped
-/// pages (`Region::reserved_pages`), so their size is budget lost to caching.
+/// the budget: the staging halves are sized for it. The budget keeps room
+/// out of the mapped pages for two batches of the size now (`reserve.rs`).
 pub(crate) const BATCH_PAGES_MAX: usize = 1024;
 const BUDGET_SHARE_MAX: usize = 16;
 

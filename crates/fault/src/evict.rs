@@ -94,6 +94,7 @@ impl Eviction {
         let unused = core.table.take_victims(batch_pages.min(self.batch.max()), &mut victims);
         Counters::add(&core.counters.prefetch_wasted, unused as u64);
         let staged = self.stage(core, &mut victims, first_slot);
+        core.reserve.set_staged(half, staged);
         let mut dirty = Vec::with_capacity(staged);
         let (clean, zero) = self.sort_staged(core, &victims[..staged], first_slot, &mut dirty);
         self.victims = victims;
@@ -121,7 +122,7 @@ impl Eviction {
         }
         Counters::add(&core.counters.pages_zero_dropped, zero.len() as u64);
         if dirty.is_empty() && clean.is_empty() {
-            self.clear_half(half);
+            self.clear_half(core, half);
             return;
         }
         for &(slot, page) in &dirty {
@@ -164,6 +165,7 @@ impl Eviction {
         match done.result {
             Ok(()) => {
                 self.batch.observe(done.staged.len(), done.took);
+                core.reserve.set_batch_pages(self.batch.pages());
                 core.intent.wrote_back(done.staged.len(), done.took);
                 for &(_, page) in &settled {
                     core.table.evicted(page);
@@ -178,16 +180,19 @@ impl Eviction {
             }
         }
         self.pool_keep(core, &done.packed);
-        self.clear_half(done.half);
+        self.clear_half(core, done.half);
         core.publish_resident();
     }
 
-    fn clear_half(&mut self, half: usize) {
+    fn clear_half(&mut self, core: &mut Core, half: usize) {
         let half_pages = self.batch.max();
         if let Err(e) = self.staging.discard(half * half_pages * PAGE_SIZE, half_pages * PAGE_SIZE)
         {
+            // Its pages stay counted in the reserve: they may still be there.
             tracing::error!("fault handler: clearing staging failed: {e}");
+            return;
         }
+        core.reserve.set_staged(half, 0);
     }
 
     /// A fault on a page whose write-back is in flight: map its staging

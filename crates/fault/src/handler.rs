@@ -234,7 +234,7 @@ impl Handler {
         self.core.budget_pages = target;
         self.core.counters.budget_pages.store(target as u64, Relaxed);
         if let Some(pool) = self.core.zpool.as_mut() {
-            pool.cap(crate::zpool::pool_pages_max(target - self.core.reserve_pages));
+            pool.cap(crate::zpool::pool_pages_max(target - self.core.reserve.max_pages()));
         }
         self.eviction.headroom_stalled = false;
         self.core.publish_resident();

@@ -34,6 +34,7 @@ mod policy_tests;
 mod prefetch;
 mod read_block;
 mod region;
+mod reserve;
 mod resolve;
 mod shared;
 mod state;

@@ -104,11 +104,22 @@ pub(crate) fn collapse_huge(addr: usize, len_bytes: usize) -> io::Result<()> {
 /// (a `Vec` per prefetch window did, by megabytes).
 pub struct PageBuf {
     map: Mapping,
+    /// The most pages its users said they filled (`PageBuf::filling`):
+    /// nothing gives them back, so they stay resident.
+    filled_pages: usize,
 }
 
 impl PageBuf {
     pub fn new(pages: usize) -> io::Result<PageBuf> {
-        Ok(PageBuf { map: Mapping::new(pages)? })
+        Ok(PageBuf { map: Mapping::new(pages)?, filled_pages: 0 })
+    }
+
+    /// The first `pages` are about to be filled: how many more pages that
+    /// makes resident than ever before.
+    pub fn filling(&mut self, pages: usize) -> usize {
+        let grew = pages.saturating_sub(self.filled_pages);
+        self.filled_pages += grew;
+        grew
     }
 
     pub fn bytes(&self, len_bytes: usize) -> &[u8] {

@@ -136,7 +136,9 @@ impl Ahead {
             pages.remove(pages.len() / 2);
         }
         let count = pages.len();
-        let buf = self.spare_bufs.pop().expect("one buffer per window in flight");
+        let mut buf = self.spare_bufs.pop().expect("one buffer per window in flight");
+        // Counted before `room_for` makes room for the window's pages.
+        core.reserve.window_grew(buf.filling(count));
         self.fetcher.send(pages, buf);
         Counters::add(&core.counters.prefetch_reads, 1);
         count

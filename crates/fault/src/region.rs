@@ -240,6 +240,8 @@ impl Region {
             .budget_pages
             .store(config.budget_pages as u64, std::sync::atomic::Ordering::Relaxed);
         let discards = Arc::new(Discards::default());
+        let reserve = crate::reserve::Reserve::new(reserve_pages, batch.pages());
+        counters.reserve_pages.store(reserve.pages() as u64, std::sync::atomic::Ordering::Relaxed);
         let eviction = crate::evict::Eviction {
             staging,
             writer,
@@ -277,7 +279,7 @@ impl Region {
             counters: counters.clone(),
             discards: discards.clone(),
             budget_pages: config.budget_pages,
-            reserve_pages,
+            reserve,
             bell: Arc::clone(&bell),
             page_buf: PageBuf::new(1).map_err(FaultError::os("mmap page buffer"))?,
             zero_page: vec![0; PAGE_SIZE],
@@ -331,8 +333,16 @@ impl Region {
     /// staging halves and the prefetch windows) while the region holds more
     /// pages than its budget: then at most `budget - reserved` are mapped,
     /// so mapped, staged and prefetched pages together stay within the
-    /// budget. A region whose pages all fit maps them all.
+    /// budget. A region whose pages all fit maps them all. It follows what
+    /// the buffers hold or may take next (`reserve.rs`), as of the handler's
+    /// last turn, and never exceeds [`Region::reserved_pages_max`].
     pub fn reserved_pages(&self) -> usize {
+        self.counters.reserve_pages.load(std::sync::atomic::Ordering::Relaxed) as usize
+    }
+
+    /// The most [`Region::reserved_pages`] can be: every buffer at its
+    /// largest, at most a quarter of the configured budget.
+    pub fn reserved_pages_max(&self) -> usize {
         self.reserve_pages
     }
 

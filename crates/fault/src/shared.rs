@@ -37,8 +37,8 @@ pub(crate) struct Core {
     pub discards: Arc<Discards>,
     pub budget_pages: usize,
     /// Kept out of the mapped pages while `held` exceeds the budget, for the
-    /// staging halves and the prefetch windows (`Region::reserved_pages`).
-    pub reserve_pages: usize,
+    /// staging halves and the prefetch windows, as they use it (`reserve.rs`).
+    pub reserve: crate::reserve::Reserve,
     /// Rung by the fetch and write-back threads when a job is done.
     pub bell: Arc<crate::doorbell::Doorbell>,
     /// One page: the target of store reads.
@@ -61,6 +61,7 @@ impl Core {
     pub(crate) fn publish_resident(&self) {
         let resident = self.table.resident() as u64;
         self.counters.pages_resident.store(resident, Relaxed);
+        self.counters.reserve_pages.store(self.reserve.pages() as u64, Relaxed);
         if let Some(pool) = &self.zpool {
             self.counters.publish_pool(&pool.stats());
         }
@@ -74,7 +75,8 @@ impl Core {
             return self.budget_pages;
         }
         let pool_pages = self.zpool.as_ref().map_or(0, |pool| pool.charged_pages());
-        (self.budget_pages - self.reserve_pages).saturating_sub(pool_pages).max(1)
+        let reserve = self.reserve.pages().min(self.budget_pages);
+        (self.budget_pages - reserve).saturating_sub(pool_pages).max(1)
     }
 
     /// The faulting thread gets SIGBUS at this page instead of waiting forever.

@@ -66,6 +66,8 @@ pub(crate) struct Counters {
     /// and the budget in force.
     pub budget_target_pages: AtomicU64,
     pub budget_pages: AtomicU64,
+    /// The budget kept back for the handler's buffers now (`reserve.rs`).
+    pub reserve_pages: AtomicU64,
     /// Set by `Region::fail_handler_for_tests`: the handler panics at its
     /// next turn.
     pub fail_requested: std::sync::atomic::AtomicBool,
@@ -222,6 +224,8 @@ pub struct HandlerStats {
     pub fault_store_latency_ns_p999: u64,
     /// The budget in force (`Region::set_budget_pages` changes it).
     pub budget_pages: u64,
+    /// Of it, kept back for the handler's buffers now (`reserve.rs`).
+    pub reserve_pages: u64,
     /// Evictions that found both staging halves held by write-back jobs
     /// and waited for one, and the nanoseconds they waited in all.
     pub staging_waits: u64,
@@ -311,6 +315,7 @@ impl Counters {
             pool_charged_pages: self.pool_charged_pages.load(Relaxed),
             pool_limit_pages: self.pool_limit_pages.load(Relaxed),
             budget_pages: self.budget_pages.load(Relaxed),
+            reserve_pages: self.reserve_pages.load(Relaxed),
             staging_waits: self.staging_waits.load(Relaxed),
             staging_wait_ns: self.staging_wait_ns.load(Relaxed),
             fault_store_latency_ns_p50: self.store_fault_latency.quantile_ns(0.50),

@@ -10,10 +10,12 @@
 //!
 //! "The rest" is the resident set less the region's own: its mapped pages,
 //! its compressed pool, and the reserve its budget keeps for the handler's
-//! buffers (staging, prefetch windows). The reserve is subtracted whole,
-//! touched or not, so mapped pages, pool, reserve and the rest together
-//! stay within LIMIT less the slack. (Leaving the buffers in the rest
-//! counted them twice: a redis under `--mem 128M` peaked at 112 MiB.) The
+//! buffers (staging, prefetch windows). The reserve is subtracted as the
+//! handler last counted it (what the buffers hold or may take next), the
+//! same amount the handler keeps out of the mapped pages, so mapped pages,
+//! pool, reserve and the rest together stay within LIMIT less the slack.
+//! (Leaving the buffers in the rest counted them twice: a redis under
+//! `--mem 128M` peaked at 112 MiB.) The
 //! rest is never taken as less than it was at the start plus
 //! `OWN_BUFFERS_BYTES`, for the store connections' buffers that grow only
 //! once pages move. The far budget never goes below the region's
@@ -76,8 +78,8 @@ pub fn follow(heap: &'static Heap, mem_bytes: u64, start_rest_bytes: u64) {
     let spawned = std::thread::Builder::new().name("memlend-mem".into()).spawn(move || {
         let mut last_pages = 0;
         let mut warned = false;
-        let reserve_pages = heap.region.reserved_pages() as u64;
         loop {
+            let reserve_pages = heap.region.reserved_pages() as u64;
             let h = heap.region.handler_stats();
             let own_pages =
                 heap.region.stats().pages_resident + h.pool_charged_pages + reserve_pages;

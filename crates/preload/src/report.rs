@@ -110,7 +110,8 @@ pub fn stats_json() -> Option<String> {
          \"block_reads\":{},\"pages_read_beside\":{},\"block_pages\":{},\
          \"shared_reads\":{},\"faults_read_along\":{},\
          \"huge_collapsed\":{},\"huge_failed\":{},\
-         \"eviction_batches\":{},\"eviction_batches_ahead\":{},\"evictions_on_fault\":{},",
+         \"eviction_batches\":{},\"eviction_batches_ahead\":{},\"evictions_on_fault\":{},\
+         \"reserve_pages\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -143,6 +144,7 @@ pub fn stats_json() -> Option<String> {
         s.eviction_batches,
         h.eviction_batches_ahead,
         h.evictions_on_fault,
+        h.reserve_pages,
     );
     let m = heap.copies.stats();
     let _ = write!(
