@@ -301,7 +301,7 @@ class Memcached:
     def argv(self, port, workdir, a):
         mem = max(1024, 2 * a.size // MIB + 256)  # its own limit far above the dataset: no eviction
         return ["memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", str(mem),
-                "-t", str(a.memcached_threads), "-c", "4096"]
+                "-t", str(a.memcached_threads), "-c", "4096"] + shlex.split(a.memcached_args)
 
     def stats(self, port):
         with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
@@ -1019,6 +1019,8 @@ def main():
     ap.add_argument("--page-cluster-disk", default="asis", metavar="N|asis",
                     help="vm.page-cluster for swap-disk runs (default: as found)")
     ap.add_argument("--memcached-threads", type=int, default=2, help="memcached -t (2 cores here)")
+    ap.add_argument("--memcached-args", default="", help="more memcached arguments, for every peer "
+                    "(e.g. \"-o no_lru_maintainer,no_lru_crawler\")")
     ap.add_argument("--client-check", type=float, default=8, metavar="S",
                     help="in each all-local run, S s as is, S s with the client's threads doubled, S s as is (0: don't)")
     ap.add_argument("--wait-quiet", type=float, default=5, metavar="S",
@@ -1185,6 +1187,7 @@ def main():
         "pipeline": a.pipeline, "value_size": a.value_size, "values": a.values, "zipf": a.zipf,
         "key_chooser": "YCSB ScrambledZipfianGenerator (10^10 ranks, fnvhash64 mod records)" if a.zipf else
         "uniform", "seed": a.seed, "zram_share": a.zram_share, "memcached_threads": a.memcached_threads,
+        "memcached_args": a.memcached_args,
         "calibration": cal, "skips": skips, "check_keys": CHECK_KEYS, "client_check_s": a.client_check,
         "zswap_compressor": next((r.get("zswap_compressor") for r in zs_rows), None),
         "zswap_pool_charged_to_memcg": sorted({r.get("zswap_pool_charged") for r in zs_rows}, key=str) or None,

@@ -33,12 +33,16 @@ pub fn run(a: &UpArgs) -> Result<()> {
 /// the remains of one) is in the way.
 fn already_up(a: &UpArgs) -> Result<bool> {
     if let Some(nodes) = state::read(&a.prefix) {
-        if nodes.len() == a.nodes && net::lab_namespaces(&a.prefix).len() == a.nodes {
+        let namespaces = net::lab_namespaces(&a.prefix).len();
+        if nodes.len() == a.nodes && namespaces == a.nodes {
             println!("lab {} is already up with {} nodes", a.prefix, a.nodes);
             return Ok(true);
         }
+        // A lab of another size, or one half torn down (its state file
+        // left, namespaces gone): either way not the lab asked for.
         bail!(
-            "lab {} is up with {} nodes, not {}: run `memlend lab down --prefix {}` first",
+            "lab {} is up with {} nodes ({namespaces} of their namespaces exist), not {}: run \
+             `memlend lab down --prefix {}` first",
             a.prefix,
             nodes.len(),
             a.nodes,
