@@ -110,6 +110,13 @@ pub fn print(
         human(at_exit("budget_pages") * 4096),
         human(at_exit("reserve_pages") * 4096)
     );
+    let cgroup_limit = at_exit("mem_cgroup_limit_bytes");
+    if cgroup_limit > 0 {
+        eprintln!(
+            "memlend run: --mem followed the charge of its memory cgroup, whose limit ({}) binds",
+            human(cgroup_limit)
+        );
+    }
     let batches = sum(reports, "eviction_batches");
     if let Some(per_batch) = sum(reports, "pages_written_back").checked_div(batches) {
         eprintln!(

@@ -340,6 +340,13 @@ impl Region {
         self.counters.reserve_pages.load(std::sync::atomic::Ordering::Relaxed) as usize
     }
 
+    /// Of [`Region::reserved_pages`], the pages the buffers hold now (the
+    /// rest of it is room kept for them): what the process's memory holds
+    /// for them, as of the handler's last turn.
+    pub fn reserve_held_pages(&self) -> usize {
+        self.counters.reserve_held_pages.load(std::sync::atomic::Ordering::Relaxed) as usize
+    }
+
     /// The most [`Region::reserved_pages`] can be: every buffer at its
     /// largest, at most a quarter of the configured budget.
     pub fn reserved_pages_max(&self) -> usize {

@@ -45,6 +45,13 @@ impl Reserve {
         (staging + self.window_pages).min(self.max_pages)
     }
 
+    /// Of the reserve, the pages the buffers hold now: staged victims, and
+    /// what the window buffers hold (their most ever: never given back).
+    /// The rest of it is room, not memory.
+    pub(crate) fn held_pages(&self) -> usize {
+        self.staged_pages.iter().sum::<usize>() + self.window_pages
+    }
+
     /// The fixed reserve (every buffer at its largest).
     pub(crate) fn max_pages(&self) -> usize {
         self.max_pages
@@ -78,10 +85,12 @@ mod tests {
         r.set_batch_pages(16);
         r.set_staged(1, 40);
         assert_eq!(r.pages(), 72, "halves holding more than the room are counted");
+        assert_eq!(r.held_pages(), 72, "what the halves hold is memory");
         r.set_staged(0, 0);
         r.set_staged(1, 0);
         r.window_grew(512);
         assert_eq!(r.pages(), 32 + 512);
+        assert_eq!(r.held_pages(), 512, "empty halves hold nothing; windows keep theirs");
         r.set_batch_pages(1024);
         r.window_grew(2 * 512);
         assert_eq!(r.pages(), 3584, "capped at the fixed reserve");

@@ -62,6 +62,7 @@ impl Core {
         let resident = self.table.resident() as u64;
         self.counters.pages_resident.store(resident, Relaxed);
         self.counters.reserve_pages.store(self.reserve.pages() as u64, Relaxed);
+        self.counters.reserve_held_pages.store(self.reserve.held_pages() as u64, Relaxed);
         if let Some(pool) = &self.zpool {
             self.counters.publish_pool(&pool.stats());
         }

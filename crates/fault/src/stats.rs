@@ -66,8 +66,10 @@ pub(crate) struct Counters {
     /// and the budget in force.
     pub budget_target_pages: AtomicU64,
     pub budget_pages: AtomicU64,
-    /// The budget kept back for the handler's buffers now (`reserve.rs`).
+    /// The budget kept back for the handler's buffers now (`reserve.rs`),
+    /// and the pages they hold of it.
     pub reserve_pages: AtomicU64,
+    pub reserve_held_pages: AtomicU64,
     /// Set by `Region::fail_handler_for_tests`: the handler panics at its
     /// next turn.
     pub fail_requested: std::sync::atomic::AtomicBool,

@@ -119,16 +119,7 @@ pub fn parse_psi(text: &str) -> (Option<f64>, Option<f64>) {
     (avg10("some "), avg10("full "))
 }
 
-/// A `name value` line of a cgroup's memory.stat; 0 if absent.
-pub fn parse_stat_field(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(name)
-                .and_then(|r| r.strip_prefix(' '))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
+pub use memlend_host::charge::parse_stat_field;
 
 fn host_total() -> Result<u64, MonitorError> {
     let p: &Path = "/proc/meminfo".as_ref();

@@ -132,7 +132,7 @@ fn build(cfg: &Config) -> Result<Heap> {
     let start_rest = crate::mem_limit::rest_bytes(0);
     START_REST.store(start_rest as usize, Relaxed);
     let local_bytes = match cfg.mem_bytes {
-        Some(mem) => crate::mem_limit::budget_bytes(mem, start_rest, start_rest),
+        Some(mem) => crate::mem_limit::start_budget_bytes(mem, start_rest),
         None => cfg.local_bytes,
     };
     let mut budget_pages = (local_bytes / PAGE_SIZE as u64).max(1) as usize;

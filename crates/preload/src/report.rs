@@ -111,7 +111,7 @@ pub fn stats_json() -> Option<String> {
          \"shared_reads\":{},\"faults_read_along\":{},\
          \"huge_collapsed\":{},\"huge_failed\":{},\
          \"eviction_batches\":{},\"eviction_batches_ahead\":{},\"evictions_on_fault\":{},\
-         \"reserve_pages\":{},",
+         \"reserve_pages\":{},\"mem_cgroup_limit_bytes\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -145,6 +145,7 @@ pub fn stats_json() -> Option<String> {
         h.eviction_batches_ahead,
         h.evictions_on_fault,
         h.reserve_pages,
+        crate::mem_limit::CGROUP_LIMIT_BYTES.load(std::sync::atomic::Ordering::Relaxed),
     );
     let m = heap.copies.stats();
     let _ = write!(
