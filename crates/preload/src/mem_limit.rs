@@ -39,6 +39,15 @@
 //! both take it. (Redis under `--mem 128M` in a 128 MiB memcg was charged
 //! 113-117 MiB by the resident-set rule, with 94 MiB far: it counted 5 MiB
 //! of shared libraries the memcg did not charge, and the floor.)
+//!
+//! The rest is a difference of two samples taken at slightly different
+//! moments (the resident set or charge now, the region's own as of the
+//! handler's last turn), and a miss-timed pair reads it low: a program
+//! growing steadily under `--mem 64M` once read 4 MiB less rest than the
+//! look before, its budget rose by as much, and it peaked at 64.6-65.3 MiB
+//! in one run of 15. So a rise of the rest is taken at once and a fall only
+//! once it has lasted `REST_HOLD_LOOKS` looks: the budget follows the
+//! largest rest of the last second.
 
 use crate::heap::Heap;
 use memlend_fault::BUDGET_FLOOR_PAGES;
@@ -70,6 +79,8 @@ const WARM_PAGES: u64 = 1024;
 /// to reclaim, the memcg sat within 2 MiB of its limit and hit it 400-1800
 /// times in two runs of three, the kernel dropping those pages each time.
 const FILE_COUNTED_BYTES: u64 = 4 << 20;
+/// Looks over which the largest rest is taken (a second).
+const REST_HOLD_LOOKS: usize = 20;
 /// Budget changes smaller than this many pages are not passed on.
 const STEP_MIN_PAGES: u64 = 64;
 
@@ -146,10 +157,11 @@ pub struct CgroupLook {
 }
 
 impl CgroupLook {
-    /// The limit less the rest and the slack; a rise moves a share of the
-    /// way per process in the cgroup, a fall all of it at once.
-    pub fn budget_bytes(&self) -> u64 {
-        let target = mem_less(self.limit_bytes, self.rest_bytes());
+    /// The limit less `rest_bytes` (the largest rest of late) and the
+    /// slack; a rise moves a share of the way per process in the cgroup, a
+    /// fall all of it at once.
+    pub fn budget_bytes(&self, rest_bytes: u64) -> u64 {
+        let target = mem_less(self.limit_bytes, rest_bytes);
         let next = match target.checked_sub(self.budget_now_bytes) {
             Some(rise) => self.budget_now_bytes + rise / self.procs.max(1),
             None => target,
@@ -157,6 +169,7 @@ impl CgroupLook {
         next.max(FLOOR_BYTES)
     }
 
+    /// The rest by this look alone.
     pub fn rest_bytes(&self) -> u64 {
         self.charged_bytes.saturating_sub(self.own_bytes).max(self.rest_floor_bytes)
     }
@@ -181,8 +194,28 @@ struct Follower {
     bound: Option<Bound>,
     warm: bool,
     looks: u32,
+    rests: RecentMax,
     last_pages: u64,
     warned: bool,
+}
+
+/// The largest of the last `REST_HOLD_LOOKS` values pushed.
+struct RecentMax {
+    values: [u64; REST_HOLD_LOOKS],
+    next: usize,
+}
+
+impl RecentMax {
+    fn new() -> RecentMax {
+        RecentMax { values: [0; REST_HOLD_LOOKS], next: 0 }
+    }
+
+    /// Push `value`; the largest of the window, `value` included.
+    fn push(&mut self, value: u64) -> u64 {
+        self.values[self.next] = value;
+        self.next = (self.next + 1) % REST_HOLD_LOOKS;
+        self.values.iter().copied().max().unwrap_or(value)
+    }
 }
 
 impl Follower {
@@ -196,9 +229,12 @@ impl Follower {
         let own = self.own_bytes();
         let budget_now_pages = self.heap.region.handler_stats().budget_pages;
         let (limit, rest, budget) = match self.cgroup_look(own, budget_now_pages) {
-            Some(look) => (look.limit_bytes, look.rest_bytes(), look.budget_bytes()),
+            Some(look) => {
+                let rest = self.rests.push(look.rest_bytes());
+                (look.limit_bytes, rest, look.budget_bytes(rest))
+            }
             None => {
-                let rest = rest_bytes(own);
+                let rest = self.rests.push(rest_bytes(own));
                 (self.mem_bytes, rest, budget_bytes(self.mem_bytes, rest, self.start_rest_bytes))
             }
         };
@@ -241,6 +277,7 @@ impl Follower {
         let same = matches!((&found, &self.bound), (Some((c, _)), Some(b)) if *c == b.charge);
         if !same {
             let own = self.own_bytes();
+            self.rests = RecentMax::new();
             self.bound = found.and_then(|(charge, limit_bytes)| {
                 let start_rest_bytes =
                     charge.charged_bytes(FILE_COUNTED_BYTES)?.saturating_sub(own);
@@ -281,6 +318,7 @@ pub fn follow(heap: &'static Heap, mem_bytes: u64, start_rest_bytes: u64) {
         bound: None,
         warm: false,
         looks: 0,
+        rests: RecentMax::new(),
         last_pages: 0,
         warned: false,
     };
@@ -323,17 +361,31 @@ mod tests {
             budget_now_bytes: mib(94),
         };
         // The rest is 23 MiB of charge, the slack a 32nd: 128 - 23 - 4.
-        assert_eq!(look.budget_bytes(), mib(101));
+        assert_eq!(look.budget_bytes(look.rest_bytes()), mib(101));
         // Two processes in the cgroup: half the rise per look.
-        assert_eq!(CgroupLook { procs: 2, ..look }.budget_bytes(), mib(94) + mib(7) / 2);
+        let two = CgroupLook { procs: 2, ..look };
+        assert_eq!(two.budget_bytes(two.rest_bytes()), mib(94) + mib(7) / 2);
         // A fall is taken whole, whatever the number of processes.
         let over = CgroupLook { charged_bytes: mib(130), procs: 4, ..look };
-        assert_eq!(over.budget_bytes(), mib(128 - 36 - 4));
+        assert_eq!(over.budget_bytes(over.rest_bytes()), mib(128 - 36 - 4));
         // Before the connections have warmed, the rest's floor holds.
         let cold = CgroupLook { rest_floor_bytes: mib(30), ..look };
-        assert_eq!(cold.budget_bytes(), mib(128 - 30 - 4));
+        assert_eq!(cold.budget_bytes(cold.rest_bytes()), mib(128 - 30 - 4));
         // Never below the floor at which every instruction can progress.
         let full = CgroupLook { charged_bytes: mib(300), ..look };
-        assert_eq!(full.budget_bytes(), FLOOR_BYTES);
+        assert_eq!(full.budget_bytes(full.rest_bytes()), FLOOR_BYTES);
+    }
+
+    #[test]
+    fn the_rest_rises_at_once_and_falls_after_a_second() {
+        let mut rests = RecentMax::new();
+        assert_eq!(rests.push(10), 10);
+        assert_eq!(rests.push(30), 30);
+        // A sample read low is not believed for a second.
+        for _ in 0..REST_HOLD_LOOKS - 1 {
+            assert_eq!(rests.push(26), 30);
+        }
+        assert_eq!(rests.push(26), 26);
+        assert_eq!(rests.push(40), 40);
     }
 }
