@@ -348,6 +348,9 @@ def memlend_summary(text):
         m = re.search(r"from the store p50 ([\d.]+) / p99 ([\d.]+) / p99.9 ([\d.]+) us", ln)
         if m:
             out["fault_p50_us"], out["fault_p99_us"], out["fault_p999_us"] = (float(g) for g in m.groups())
+        m = re.search(r"p99: read ([\d.]+), making room ([\d.]+), map ([\d.]+) us", ln)
+        if m:
+            out["read_p99_us"], out["room_p99_us"], out["map_p99_us"] = (float(g) for g in m.groups())
         if "from the store" not in ln:
             continue
         for key, pat in (("zero_filled", r"(\d+) zero-filled"), ("store_faults", r"(\d+) from the store"),

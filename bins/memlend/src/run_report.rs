@@ -191,6 +191,14 @@ fn print_latency(reports: &[Value]) {
             ));
         }
     }
+    if us("fault_store_read_ns_p99") > 0.0 {
+        parts.push(format!(
+            "the store's parts' p99: read {:.1}, making room {:.1}, map {:.1} us",
+            us("fault_store_read_ns_p99"),
+            us("fault_room_ns_p99"),
+            us("fault_map_ns_p99"),
+        ));
+    }
     if !parts.is_empty() {
         eprintln!("memlend run: fault latency (message read to wake): {}", parts.join("; "));
     }

@@ -206,8 +206,11 @@ impl Handler {
             Fill::Pool => (&c.pool_read_ns, &c.pool_map_ns, &c.pool_fault_latency),
             _ => (&c.store_read_ns, &c.store_map_ns, &c.store_fault_latency),
         };
-        Counters::add(read_ns, elapsed_ns(reading));
+        let read_took_ns = elapsed_ns(reading);
+        Counters::add(read_ns, read_took_ns);
+        let rooming = Instant::now();
         self.eviction.make_room(&mut self.core);
+        let room_took_ns = elapsed_ns(rooming);
         let writable = write || self.writable_fill();
         let now = if writable { PageState::Dirty } else { PageState::Clean };
         self.record_mapped(page, fill, now);
@@ -216,8 +219,14 @@ impl Handler {
         let result = resolve(&self.core.uffd, page_addr, || {
             self.core.uffd.copy(page_addr, self.core.page_buf.bytes(PAGE_SIZE), !writable)
         });
-        Counters::add(map_ns, elapsed_ns(mapping));
+        let map_took_ns = elapsed_ns(mapping);
+        Counters::add(map_ns, map_took_ns);
         latency.record_ns(elapsed_ns(reading));
+        if let Fill::Store = fill {
+            c.store_read_latency.record_ns(read_took_ns);
+            c.store_room_latency.record_ns(room_took_ns);
+            c.store_map_latency.record_ns(map_took_ns);
+        }
         self.adapt_pool();
         match result {
             Ok(()) => {

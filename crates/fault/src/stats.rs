@@ -62,6 +62,12 @@ pub(crate) struct Counters {
     /// Faults from the store and from the pool, message read to wake.
     pub store_fault_latency: crate::latency::Histogram,
     pub pool_fault_latency: crate::latency::Histogram,
+    /// The three parts of a fault from the store, so that a tail can be
+    /// put down to one: the read, making room (eviction on the fault's
+    /// path), the map.
+    pub store_read_latency: crate::latency::Histogram,
+    pub store_room_latency: crate::latency::Histogram,
+    pub store_map_latency: crate::latency::Histogram,
     /// The budget asked for by `Region::set_budget_pages` (0: as configured),
     /// and the budget in force.
     pub budget_target_pages: AtomicU64,
@@ -236,6 +242,11 @@ pub struct HandlerStats {
     pub fault_pool_latency_ns_p50: u64,
     pub fault_pool_latency_ns_p99: u64,
     pub fault_pool_latency_ns_p999: u64,
+    /// p99 of each part of a fault from the store (its store read, making
+    /// room for it, mapping it): which one the whole fault's tail is.
+    pub fault_store_read_ns_p99: u64,
+    pub fault_room_ns_p99: u64,
+    pub fault_map_ns_p99: u64,
 }
 
 impl HandlerStats {
@@ -326,6 +337,9 @@ impl Counters {
             fault_pool_latency_ns_p50: self.pool_fault_latency.quantile_ns(0.50),
             fault_pool_latency_ns_p99: self.pool_fault_latency.quantile_ns(0.99),
             fault_pool_latency_ns_p999: self.pool_fault_latency.quantile_ns(0.999),
+            fault_store_read_ns_p99: self.store_read_latency.quantile_ns(0.99),
+            fault_room_ns_p99: self.store_room_latency.quantile_ns(0.99),
+            fault_map_ns_p99: self.store_map_latency.quantile_ns(0.99),
         }
     }
 

@@ -111,7 +111,8 @@ pub fn stats_json() -> Option<String> {
          \"shared_reads\":{},\"faults_read_along\":{},\
          \"huge_collapsed\":{},\"huge_failed\":{},\
          \"eviction_batches\":{},\"eviction_batches_ahead\":{},\"evictions_on_fault\":{},\
-         \"reserve_pages\":{},\"mem_cgroup_limit_bytes\":{},",
+         \"reserve_pages\":{},\"mem_cgroup_limit_bytes\":{},\
+         \"fault_store_read_ns_p99\":{},\"fault_room_ns_p99\":{},\"fault_map_ns_p99\":{},",
         h.faults_from_pool,
         h.fault_pool_read_ns,
         h.fault_pool_map_ns,
@@ -146,6 +147,9 @@ pub fn stats_json() -> Option<String> {
         h.evictions_on_fault,
         h.reserve_pages,
         crate::mem_limit::CGROUP_LIMIT_BYTES.load(std::sync::atomic::Ordering::Relaxed),
+        h.fault_store_read_ns_p99,
+        h.fault_room_ns_p99,
+        h.fault_map_ns_p99,
     );
     let m = heap.copies.stats();
     let _ = write!(
