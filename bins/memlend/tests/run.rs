@@ -5,6 +5,8 @@
 
 #[path = "run/common.rs"]
 mod common;
+#[path = "run/compress.rs"]
+mod compress;
 #[path = "run/mem_cgroup.rs"]
 mod mem_cgroup;
 #[path = "run/redis.rs"]

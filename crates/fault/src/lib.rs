@@ -15,6 +15,7 @@
 //! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.
 
 mod batch;
+mod codec;
 mod cpu;
 mod discards;
 mod doorbell;
@@ -46,6 +47,7 @@ mod write_failures;
 mod writeback;
 mod zpool;
 
+pub use codec::{Codec, ZSTD_LEVEL};
 pub use error::{FaultError, Result};
 pub use region::{Region, RegionConfig, Tuning, BUDGET_FLOOR_PAGES};
 pub use state::{PageState, PageTable, Policy, METADATA_BYTES_PER_PAGE};

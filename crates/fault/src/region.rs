@@ -71,6 +71,8 @@ pub struct Tuning {
     /// With `compress`: the pool takes every victim that compresses, as
     /// zswap does; off, only victims that were reused (`ZPool::admits`).
     pub pool_admits_all: bool,
+    /// With `compress`: how the pool compresses (`codec.rs`).
+    pub pool_codec: crate::Codec,
     /// Record every fault in this file (`trace.rs`); see [`Tuning::tracing`].
     pub trace: Option<std::path::PathBuf>,
     /// When one read of the uffd brings several threads' faults on pages
@@ -126,13 +128,17 @@ fn reserve_pages(budget_pages: usize, staging_pages: usize, window_pages: usize)
 /// Below this many pages of pool, compression is not worth its overhead.
 const POOL_PAGES_MIN: usize = 16;
 
-fn pool_for(mapped_pages: usize, admits_all: bool) -> Result<Option<crate::zpool::ZPool>> {
+fn pool_for(
+    mapped_pages: usize,
+    admits_all: bool,
+    codec: crate::Codec,
+) -> Result<Option<crate::zpool::ZPool>> {
     let pool_pages = crate::zpool::pool_pages_max(mapped_pages);
     if pool_pages < POOL_PAGES_MIN {
         return Ok(None);
     }
-    let pool =
-        crate::zpool::ZPool::new(pool_pages).map_err(FaultError::os("mmap compressed pool"))?;
+    let pool = crate::zpool::ZPool::new(pool_pages, codec)
+        .map_err(FaultError::os("mmap compressed pool"))?;
     Ok(Some(if admits_all { pool.admitting_all() } else { pool }))
 }
 
@@ -151,6 +157,7 @@ impl Default for Tuning {
             follow_faulter: true,
             compress: false,
             pool_admits_all: false,
+            pool_codec: crate::Codec::Lz4,
             trace: None,
             huge_pages: true,
             batch_fault_reads: true,
@@ -220,10 +227,18 @@ impl Region {
             .map_err(FaultError::os("register staging"))?;
         let bell = Arc::new(Doorbell::new().map_err(FaultError::os("eventfd"))?);
         let zpool = match tuning.compress {
-            true => pool_for(config.budget_pages - reserve_pages, tuning.pool_admits_all)?,
+            true => pool_for(
+                config.budget_pages - reserve_pages,
+                tuning.pool_admits_all,
+                tuning.pool_codec,
+            )?,
             false => None,
         };
-        let packer = zpool.as_ref().map(crate::zpool::ZPool::packer);
+        let packer = zpool
+            .as_ref()
+            .map(crate::zpool::ZPool::packer)
+            .transpose()
+            .map_err(FaultError::os("make the compressor"))?;
         let writer =
             Writer::start(Arc::clone(&store), Arc::clone(&staging), Arc::clone(&bell), packer)
                 .map_err(FaultError::os("spawn write-back thread"))?;

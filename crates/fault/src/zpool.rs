@@ -1,5 +1,5 @@
 //! The compressed local tier. Pages leaving the resident set are kept here,
-//! lz4-compressed, in memory carved from the same budget, so a fault on one
+//! compressed (lz4, or zstd: `codec.rs`), in memory carved from the same budget, so a fault on one
 //! costs a decompression (about a microsecond) instead of a store read.
 //!
 //! Write-through: a page enters only once the store holds its bytes (a clean
@@ -28,6 +28,7 @@
 //! `KEEP_BYTES_MAX`) never enter, so incompressible data leaves the pool
 //! empty and the whole budget resident.
 
+use crate::codec::{packed_bytes_max, Codec, Engine};
 use crate::mem::PageBuf;
 use memlend_store::PAGE_SIZE;
 use std::collections::{HashMap, VecDeque};
@@ -72,12 +73,13 @@ pub(crate) struct Packed {
     refused: u64,
     /// Nanoseconds spent compressing (the pages kept and refused alike).
     pack_ns: u64,
-    /// Pages not offered to lz4 because the pool was at its smallest.
+    /// Pages not offered to the codec because the pool was at its smallest.
     skipped: u64,
 }
 
 /// Compresses pages for the pool, on the write-back thread.
 pub(crate) struct Packer {
+    engine: Engine,
     scratch: Vec<u8>,
     /// One bit per page tried lately, set if it did not compress.
     refusals: u32,
@@ -89,15 +91,12 @@ pub(crate) struct Packer {
     offered: u32,
 }
 
-impl Default for Packer {
-    fn default() -> Packer {
-        let scratch = vec![0; lz4_flex::block::get_maximum_output_size(PAGE_SIZE)];
-        let one_in = Arc::new(AtomicU32::new(1));
-        Packer { scratch, refusals: 0, untried: 0, one_in, offered: 0 }
-    }
-}
-
 impl Packer {
+    fn new(engine: Engine, one_in: Arc<AtomicU32>) -> Packer {
+        let scratch = vec![0; packed_bytes_max()];
+        Packer { engine, scratch, refusals: 0, untried: 0, one_in, offered: 0 }
+    }
+
     /// Append `bytes` (a page) to `out` compressed, if it compresses to at
     /// most `KEEP_BYTES_MAX`.
     pub(crate) fn pack(&mut self, page: u32, bytes: &[u8], out: &mut Packed) {
@@ -114,7 +113,7 @@ impl Packer {
             }
         }
         let packing = std::time::Instant::now();
-        let len = lz4_flex::block::compress_into(bytes, &mut self.scratch).ok();
+        let len = self.engine.compress(bytes, &mut self.scratch);
         out.pack_ns += packing.elapsed().as_nanos() as u64;
         let kept = len.filter(|&len| len <= KEEP_BYTES_MAX);
         self.refusals = (self.refusals << 1) | u32::from(kept.is_none());
@@ -184,7 +183,12 @@ pub(crate) struct ZPool {
     ghosts: HashMap<u32, u64>,
     ghost_order: VecDeque<(u32, u64)>,
     dropped_seq: u64,
-    /// Scratch: one compressed page, and one gathered from its chunks.
+    /// Its codec (the packers' too), and its working state for taking
+    /// pages out.
+    codec: Codec,
+    engine: Engine,
+    /// Scratch: one compressed page on its way in, and one gathered from
+    /// its chunks on its way out.
     packed: Vec<u8>,
     gathered: Vec<u8>,
     epoch: Epoch,
@@ -218,8 +222,9 @@ pub(crate) struct Costs {
 
 impl ZPool {
     /// A pool of at most `limit_pages_max` of memory (reserved address
-    /// space, faulted in as used), starting at half of that.
-    pub(crate) fn new(limit_pages_max: usize) -> std::io::Result<ZPool> {
+    /// space, faulted in as used), starting at half of that, its pages
+    /// compressed by `codec`.
+    pub(crate) fn new(limit_pages_max: usize, codec: Codec) -> std::io::Result<ZPool> {
         let chunks = limit_pages_max.max(1) * CHUNKS_PER_PAGE;
         let words = chunks.div_ceil(64);
         let mut free_bits = vec![u64::MAX; words];
@@ -243,7 +248,9 @@ impl ZPool {
             ghosts: HashMap::new(),
             ghost_order: VecDeque::new(),
             dropped_seq: 0,
-            packed: vec![0; lz4_flex::block::get_maximum_output_size(PAGE_SIZE)],
+            codec,
+            engine: Engine::new(codec)?,
+            packed: vec![0; packed_bytes_max()],
             gathered: vec![0; KEEP_BYTES_MAX],
             epoch: Epoch::default(),
             stats: PoolStats::default(),
@@ -272,8 +279,8 @@ impl ZPool {
 
     /// The packer for the write-back thread, told by this pool how many
     /// pages to compress.
-    pub(crate) fn packer(&self) -> Packer {
-        Packer { one_in: Arc::clone(&self.pack_one_in), ..Packer::default() }
+    pub(crate) fn packer(&self) -> std::io::Result<Packer> {
+        Ok(Packer::new(Engine::new(self.codec)?, Arc::clone(&self.pack_one_in)))
     }
 
     /// Whether a batch of clean victims with nothing to write should go to
@@ -313,7 +320,7 @@ impl ZPool {
     #[cfg(test)]
     pub(crate) fn insert(&mut self, page: u32, bytes: &[u8]) -> bool {
         let mut packed = Packed::default();
-        Packer::default().pack(page, bytes, &mut packed);
+        self.packer().expect("a packer for a test").pack(page, bytes, &mut packed);
         self.insert_packed(&packed, |_| true) == 1
     }
 
@@ -448,7 +455,7 @@ impl ZPool {
         self.gather(entry.first_chunk, len_bytes);
         self.free_chain(entry.first_chunk);
         self.stats.bytes_held -= len_bytes as u64;
-        match lz4_flex::block::decompress_into(&self.gathered[..len_bytes], out) {
+        match self.engine.decompress(&self.gathered[..len_bytes], out) {
             Ok(n) if n == PAGE_SIZE => true,
             other => {
                 tracing::error!("compressed pool: page {page} did not decompress ({other:?}); reading the store");

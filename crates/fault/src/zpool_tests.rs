@@ -29,31 +29,37 @@ fn take(pool: &mut ZPool, page: u32) -> Option<Vec<u8>> {
 
 #[test]
 fn a_page_comes_back_byte_for_byte_once() {
-    let mut pool = ZPool::new(64).unwrap();
-    for page in 0..10 {
-        assert!(pool.insert(page, &compressible(page, 7)));
+    for codec in [Codec::Lz4, Codec::Zstd] {
+        let mut pool = ZPool::new(64, codec).unwrap();
+        for page in 0..10 {
+            assert!(pool.insert(page, &compressible(page, 7)), "{codec:?}");
+        }
+        assert_eq!(pool.stats().pages_held, 10);
+        for page in (0..10).rev() {
+            let back = take(&mut pool, page);
+            assert_eq!(back.unwrap(), compressible(page, 7), "{codec:?} page {page}");
+            assert!(take(&mut pool, page).is_none(), "an entry is taken once");
+        }
+        assert_eq!(pool.stats().bytes_held, 0);
+        assert_eq!(pool.chunks_used, 0, "every chunk came back");
     }
-    assert_eq!(pool.stats().pages_held, 10);
-    for page in (0..10).rev() {
-        assert_eq!(take(&mut pool, page).unwrap(), compressible(page, 7), "page {page}");
-        assert!(take(&mut pool, page).is_none(), "an entry is taken once");
-    }
-    assert_eq!(pool.stats().bytes_held, 0);
-    assert_eq!(pool.chunks_used, 0, "every chunk came back");
 }
 
 #[test]
 fn an_incompressible_page_is_not_kept() {
-    let mut pool = ZPool::new(64).unwrap();
-    assert!(!pool.insert(3, &random(3)));
-    assert!(take(&mut pool, 3).is_none());
-    let stats = pool.stats();
-    assert_eq!((stats.pages_incompressible, stats.pages_held, stats.charged_pages), (1, 0, 0));
+    for codec in [Codec::Lz4, Codec::Zstd] {
+        let mut pool = ZPool::new(64, codec).unwrap();
+        assert!(!pool.insert(3, &random(3)), "{codec:?}");
+        assert!(take(&mut pool, 3).is_none());
+        let stats = pool.stats();
+        let counts = (stats.pages_incompressible, stats.pages_held, stats.charged_pages);
+        assert_eq!(counts, (1, 0, 0), "{codec:?}");
+    }
 }
 
 #[test]
 fn a_full_pool_drops_its_oldest_and_stays_within_its_limit() {
-    let mut pool = ZPool::new(16).unwrap();
+    let mut pool = ZPool::new(16, Codec::Lz4).unwrap();
     let limit = pool.stats().limit_pages;
     for page in 0..1000 {
         assert!(pool.insert(page, &compressible(page, 1)));
@@ -73,7 +79,7 @@ fn a_full_pool_drops_its_oldest_and_stays_within_its_limit() {
 
 #[test]
 fn lowering_the_limit_gives_memory_back_and_keeps_the_rest_intact() {
-    let mut pool = ZPool::new(64).unwrap();
+    let mut pool = ZPool::new(64, Codec::Lz4).unwrap();
     pool.set_limit(64);
     for page in 0..400 {
         pool.insert(page, &compressible(page, 2));
@@ -95,7 +101,7 @@ fn lowering_the_limit_gives_memory_back_and_keeps_the_rest_intact() {
 
 #[test]
 fn removed_ranges_are_gone_both_ways() {
-    let mut pool = ZPool::new(64).unwrap();
+    let mut pool = ZPool::new(64, Codec::Lz4).unwrap();
     for page in 0..50 {
         pool.insert(page, &compressible(page, 3));
     }
@@ -109,7 +115,7 @@ fn removed_ranges_are_gone_both_ways() {
 
 #[test]
 fn a_page_put_in_twice_keeps_its_newer_bytes() {
-    let mut pool = ZPool::new(64).unwrap();
+    let mut pool = ZPool::new(64, Codec::Lz4).unwrap();
     pool.insert(5, &compressible(5, 1));
     pool.insert(5, &compressible(5, 9));
     assert_eq!(take(&mut pool, 5).unwrap(), compressible(5, 9));
@@ -120,7 +126,7 @@ fn a_page_put_in_twice_keeps_its_newer_bytes() {
 fn the_limit_follows_the_cheaper_use_of_memory() {
     let costs = Costs { far_ns: 30_000, pool_ns: 3_000 };
     // Faults on pages the pool dropped just before: it grows.
-    let mut pool = ZPool::new(16).unwrap();
+    let mut pool = ZPool::new(16, Codec::Lz4).unwrap();
     let start = pool.stats().limit_pages;
     for round in 0..4 {
         for page in 0..EPOCH_EVENTS as u32 {
@@ -134,7 +140,7 @@ fn the_limit_follows_the_cheaper_use_of_memory() {
     }
     assert!(pool.stats().limit_pages > start, "{} <= {start}", pool.stats().limit_pages);
     // Hits on the newest entries only: memory is better spent resident.
-    let mut pool = ZPool::new(256).unwrap();
+    let mut pool = ZPool::new(256, Codec::Lz4).unwrap();
     let start = pool.stats().limit_pages;
     for page in 0..4 * EPOCH_EVENTS as u32 {
         pool.insert(page, &compressible(page, 5));
@@ -164,7 +170,7 @@ fn measure_insert_and_take() {
         out
     };
     let pages: Vec<Vec<u8>> = (0..4096).map(page_of).collect();
-    let mut pool = ZPool::new(4096).unwrap();
+    let mut pool = ZPool::new(4096, Codec::Lz4).unwrap();
     let started = cpu_ns();
     for (page, bytes) in pages.iter().enumerate() {
         pool.insert(page as u32, bytes);
@@ -200,7 +206,7 @@ fn cpu_ns() -> u64 {
 
 #[test]
 fn after_a_run_of_refusals_one_page_in_eight_is_tried() {
-    let mut packer = Packer::default();
+    let mut packer = ZPool::new(16, Codec::Lz4).unwrap().packer().unwrap();
     let mut packed = Packed::default();
     for page in 0..32 {
         packer.pack(page, &random(page), &mut packed);
@@ -214,7 +220,7 @@ fn after_a_run_of_refusals_one_page_in_eight_is_tried() {
         packer.pack(100, &compressible(100, 1), &mut packed);
     }
     assert!(tried_before_kept <= SAMPLE_EVERY, "{tried_before_kept} pages before one was tried");
-    let mut pool = ZPool::new(16).unwrap();
+    let mut pool = ZPool::new(16, Codec::Lz4).unwrap();
     assert_eq!(pool.insert_packed(&packed, |_| true), 1);
     assert_eq!(take(&mut pool, 100).unwrap(), compressible(100, 1));
     assert!(pool.stats().pages_incompressible >= 32);
@@ -222,12 +228,12 @@ fn after_a_run_of_refusals_one_page_in_eight_is_tried() {
 
 #[test]
 fn packed_pages_the_caller_calls_stale_are_not_kept() {
-    let mut packer = Packer::default();
+    let mut packer = ZPool::new(16, Codec::Lz4).unwrap().packer().unwrap();
     let mut packed = Packed::default();
     for page in 0..4 {
         packer.pack(page, &compressible(page, 2), &mut packed);
     }
-    let mut pool = ZPool::new(16).unwrap();
+    let mut pool = ZPool::new(16, Codec::Lz4).unwrap();
     assert_eq!(pool.insert_packed(&packed, |page| page % 2 == 0), 2);
     assert!(take(&mut pool, 1).is_none() && take(&mut pool, 2).is_some());
 }

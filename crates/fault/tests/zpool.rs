@@ -3,7 +3,7 @@
 //! mapped pages together stay within the budget, pages that do not
 //! compress never enter it, and discarded pages do not come back.
 
-use memlend_fault::{Region, RegionConfig, Tuning};
+use memlend_fault::{Codec, Region, RegionConfig, Tuning};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::PAGE_SIZE;
 use std::sync::Arc;
@@ -15,6 +15,10 @@ const BUDGET_PAGES: usize = 1024;
 /// A region over a RAM store; with `compress`, a pool that admits every
 /// victim (`admits_all`, the pool's mechanics) or reused ones only.
 fn region(compress: bool, admits_all: bool) -> Region {
+    region_with(compress, admits_all, Codec::Lz4)
+}
+
+fn region_with(compress: bool, admits_all: bool, codec: Codec) -> Region {
     let store = Arc::new(RamStore::new(PAGES as u64, RamOptions::default()).unwrap());
     let config = RegionConfig {
         size_bytes: PAGES * PAGE_SIZE,
@@ -24,6 +28,7 @@ fn region(compress: bool, admits_all: bool) -> Region {
     let tuning = Tuning {
         compress,
         pool_admits_all: admits_all,
+        pool_codec: codec,
         prefetch_pages_max: 0,
         ..Tuning::default()
     };
@@ -94,7 +99,16 @@ fn within_budget(region: &Region) {
 
 #[test]
 fn compressible_pages_come_back_from_the_pool_byte_for_byte() {
-    let mut region = region(true, true);
+    pages_come_back_through(Codec::Lz4);
+}
+
+#[test]
+fn compressible_pages_come_back_from_a_zstd_pool_byte_for_byte() {
+    pages_come_back_through(Codec::Zstd);
+}
+
+fn pages_come_back_through(codec: Codec) {
+    let mut region = region_with(true, true, codec);
     let mut seeds = vec![1u64; PAGES];
     fill(&mut region, compressible, 1);
     let mut rng = Rng(0x5EED);

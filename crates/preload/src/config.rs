@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Result};
 use memlend_borrow::Placement;
+use memlend_fault::Codec;
 use std::path::PathBuf;
 
 use memlend_borrow::env::{COMPRESS as ENV_COMPRESS, DEFAULT_THRESHOLD_BYTES};
@@ -23,8 +24,11 @@ pub struct Config {
     pub stats_dir: Option<PathBuf>,
     /// Keep evicted pages that compress in a local pool (`MEMLEND_COMPRESS`).
     pub compress: bool,
-    /// `lz4-all`: the pool takes every victim, not only reused ones.
+    /// `lz4-all`, `zstd-all`: the pool takes every victim, not only reused
+    /// ones.
     pub pool_admits_all: bool,
+    /// `zstd`, `zstd-all`: the pool compresses with zstd, not lz4.
+    pub pool_codec: Codec,
     /// The largest prefetch window, in pages (0: no prefetch); unset, the
     /// region's default. For measuring what prefetch gives a program.
     pub prefetch_pages_max: Option<usize>,
@@ -61,11 +65,15 @@ pub fn from_env() -> Result<Option<Config>> {
         bail!("{ENV_LOCAL}={local}: the local budget must be at least {} KiB", floor_bytes >> 10);
     }
     let stats_dir = var(ENV_STATS_DIR).map(PathBuf::from);
-    let (compress, pool_admits_all) = match var(ENV_COMPRESS).as_deref() {
-        Some("lz4") => (true, false),
-        Some("lz4-all") => (true, true),
-        None | Some("off") => (false, false),
-        Some(other) => bail!("{ENV_COMPRESS}={other}: expected lz4, lz4-all or off"),
+    let (compress, pool_admits_all, pool_codec) = match var(ENV_COMPRESS).as_deref() {
+        Some("lz4") => (true, false, Codec::Lz4),
+        Some("lz4-all") => (true, true, Codec::Lz4),
+        Some("zstd") => (true, false, Codec::Zstd),
+        Some("zstd-all") => (true, true, Codec::Zstd),
+        None | Some("off") => (false, false, Codec::Lz4),
+        Some(other) => {
+            bail!("{ENV_COMPRESS}={other}: expected lz4, lz4-all, zstd, zstd-all or off")
+        }
     };
     let mem_bytes = var(ENV_MEM).map(|v| bytes(ENV_MEM, &v)).transpose()?;
     let prefetch_pages_max = pages(ENV_PREFETCH_MAX_PAGES)?;
@@ -81,6 +89,7 @@ pub fn from_env() -> Result<Option<Config>> {
         stats_dir,
         compress,
         pool_admits_all,
+        pool_codec,
         prefetch_pages_max,
         read_block_pages_max,
         huge_pages,

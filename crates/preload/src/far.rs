@@ -139,6 +139,7 @@ fn build(cfg: &Config) -> Result<Heap> {
     let mut tuning = Tuning {
         compress: cfg.compress,
         pool_admits_all: cfg.pool_admits_all,
+        pool_codec: cfg.pool_codec,
         huge_pages: cfg.huge_pages,
         batch_fault_reads: cfg.batch_fault_reads,
         ..Tuning::default()
