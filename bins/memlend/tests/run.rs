@@ -145,7 +145,7 @@ fn cpython_with_numpy_matches_a_plain_run() {
 
 #[test]
 fn redis_server_keeps_every_value() {
-    redis::keeps_every_value();
+    redis::keeps_every_value(&[]);
 }
 
 #[test]

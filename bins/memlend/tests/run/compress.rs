@@ -36,6 +36,15 @@ fn with_zstd_text_pages_come_back_from_the_pool() {
     text_pages_come_back_through("zstd-all");
 }
 
+/// redis-server brings its own allocator (jemalloc): the codec's contexts,
+/// made on the program's thread and used on memlend's, must not mix it with
+/// glibc's (zstd's C `malloc` did, and redis stopped answering at load).
+#[test]
+fn redis_with_a_zstd_pool_keeps_every_value() {
+    let err = crate::redis::keeps_every_value(&["--compress", "zstd-all"]);
+    assert!(pool_faults(&err) > 0, "the pool served no fault:\n{err}");
+}
+
 #[test]
 fn an_unknown_codec_is_refused_before_the_program_starts() {
     let out = memlend_run(&["--local", "8M", "--compress", "gzip", "--insecure"], &["true"]);

@@ -56,6 +56,8 @@ fn connect(port: u16, server: &mut std::process::Child) -> TcpStream {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+            // A server that stops answering fails the test, not hangs it.
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
             return s;
         }
         assert!(server.try_wait().unwrap().is_none(), "redis-server exited early");
@@ -64,7 +66,8 @@ fn connect(port: u16, server: &mut std::process::Child) -> TcpStream {
     }
 }
 
-pub fn keeps_every_value() {
+/// `extra`: more `memlend run` options. The far summary is returned.
+pub fn keeps_every_value(extra: &[&str]) -> String {
     let redis = Command::new("redis-server").arg("--version").output();
     assert!(redis.is_ok(), "redis-server is needed: install redis-server (scripts/setup.sh does)");
     let dir = tempfile::tempdir().unwrap();
@@ -72,7 +75,9 @@ pub fn keeps_every_value() {
     let mut guard = Reaped(
         Command::new(MEMLEND)
             .args(["run", "--preload", shim().to_str().unwrap(), "--local", "16M"])
-            .args(["--ssd", dir.path().to_str().unwrap(), "--", "redis-server"])
+            .args(["--ssd", dir.path().to_str().unwrap()])
+            .args(extra)
+            .args(["--", "redis-server"])
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
             .stdout(Stdio::null())
@@ -116,4 +121,5 @@ pub fn keeps_every_value() {
     std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut err).unwrap();
     server.wait().unwrap();
     assert!(faults_from_store(&err) > 0, "far memory was not used:\n{err}");
+    err
 }
