@@ -435,10 +435,12 @@ class Bench:
         """memlend run ... -- server_argv: `--mem limit` where it exists and limit is given,
         else `--local local`."""
         budget = ["--mem", f"{limit // MIB}M"] if self.has_mem and limit else ["--local", f"{local // MIB}M"]
+        extra = shlex.split(args or "")
+        # A variant with --ssd DIR keeps its far pages in a file there, not on the donor.
+        store = [] if "--ssd" in extra else ["--donor", f"127.0.0.1:{dport}", "--insecure"]
         return ([self.bin["memlend"], "run"] + budget + ["--far", human(self.far()), "--preload",
-                                                         self.bin["libmemlend_preload.so"], "--donor",
-                                                         f"127.0.0.1:{dport}", "--insecure"]
-                + shlex.split(args or "") + ["--"] + server_argv)
+                                                         self.bin["libmemlend_preload.so"]]
+                + store + extra + ["--"] + server_argv)
 
     def donor_args(self, peer):
         """Extra memlendd arguments for this peer (--donor-variant PEER=ARGS)."""
@@ -1009,7 +1011,8 @@ def main():
                     help="memlend: --local = LIMIT - this (default: measured empty usage + 16 MiB + size/64)")
     ap.add_argument("--memlend-args", default="", help="appended to every `memlend run` (e.g. \"--compress lz4\")")
     ap.add_argument("--memlend-variant", action="append", default=[], metavar="NAME=ARGS",
-                    help="another memlend peer NAME: memlend-donor with ARGS appended (repeatable)")
+                    help="another memlend peer NAME: memlend-donor with ARGS appended (repeatable); "
+                         "with --ssd DIR in ARGS, far pages go to a file there instead of the donor")
     ap.add_argument("--donor-variant", action="append", default=[], metavar="PEER=ARGS",
                     help="extra memlendd arguments for one memlend peer (e.g. \"memlend-donor=--spin-us 0\")")
     ap.add_argument("--page-cluster-compressed", default="0", metavar="N|asis",
