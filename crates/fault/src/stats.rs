@@ -223,10 +223,11 @@ pub struct HandlerStats {
     pub pool_charged_pages: u64,
     pub pool_limit_pages: u64,
     /// A fault served by a store read, from the handler reading its message
-    /// to the UFFDIO_COPY that wakes the faulting thread (the kernel's
-    /// delivery of the message before that is not in it): percentiles in
-    /// ns, 0 before the first. Misses only: hits on mapped pages raise no
-    /// fault and are never in it.
+    /// to the wake of the faulting thread (the kernel's delivery of the
+    /// message before that is not in it, nor the wake's own µs):
+    /// percentiles in ns of one fault in eight (`resolve::map_page`), 0
+    /// before the first. Misses only: hits on mapped pages raise no fault
+    /// and are never in it.
     pub fault_store_latency_ns_p50: u64,
     pub fault_store_latency_ns_p99: u64,
     pub fault_store_latency_ns_p999: u64,
@@ -242,8 +243,9 @@ pub struct HandlerStats {
     pub fault_pool_latency_ns_p50: u64,
     pub fault_pool_latency_ns_p99: u64,
     pub fault_pool_latency_ns_p999: u64,
-    /// p99 of each part of a fault from the store (its store read, making
-    /// room for it, mapping it): which one the whole fault's tail is.
+    /// p99 of each part of a timed fault from the store (its store read,
+    /// making room for it, mapping it up to the wake): which one the whole
+    /// fault's tail is.
     pub fault_store_read_ns_p99: u64,
     pub fault_room_ns_p99: u64,
     pub fault_map_ns_p99: u64,

@@ -37,6 +37,7 @@ const FEATURE_POISON: u64 = 1 << 14;
 const FEATURE_MOVE: u64 = 1 << 16;
 const REGISTER_MODE_MISSING: u64 = 1 << 0;
 const REGISTER_MODE_WP: u64 = 1 << 1;
+const COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const COPY_MODE_WP: u64 = 1 << 1;
 const EVENT_PAGEFAULT: u8 = 0x12;
 const EVENT_REMAP: u8 = 0x14;
@@ -211,6 +212,19 @@ impl Uffd {
             src: src.as_ptr() as u64,
             len: src.len() as u64,
             mode: if write_protect { COPY_MODE_WP } else { 0 },
+            result: 0,
+        };
+        self.ioctl(UFFDIO_COPY, &mut args)
+    }
+
+    /// [`Uffd::copy`] without waking the threads waiting on the page:
+    /// [`Uffd::wake`] them after.
+    pub fn copy_no_wake(&self, dst: usize, src: &[u8], write_protect: bool) -> io::Result<()> {
+        let mut args = CopyArgs {
+            dst: dst as u64,
+            src: src.as_ptr() as u64,
+            len: src.len() as u64,
+            mode: COPY_MODE_DONTWAKE | if write_protect { COPY_MODE_WP } else { 0 },
             result: 0,
         };
         self.ioctl(UFFDIO_COPY, &mut args)
