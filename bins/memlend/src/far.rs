@@ -66,7 +66,7 @@ pub struct FarArgs {
     #[arg(long)]
     pub no_encrypt: bool,
     /// Named layers over the store, outermost first, e.g. `checksum,stats`
-    /// (known: checksum, crypt, stats); each one's report is printed at the end.
+    /// (known: checksum, crypt, pack, pack-zstd, stats); each one's report is printed at the end.
     #[arg(long, value_name = "SPEC")]
     pub layers: Option<Stack>,
 }

@@ -59,7 +59,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_encrypt: bool,
     /// Named layers over each far store, outermost first, e.g.
-    /// `checksum,stats` (known: checksum, crypt, stats); see `memlend far`.
+    /// `checksum,stats` (known: checksum, crypt, pack, pack-zstd, stats); see `memlend far`.
     #[arg(long, value_name = "SPEC")]
     pub layers: Option<Stack>,
     /// Allocations from this size up go to far memory.
@@ -193,6 +193,8 @@ fn preflight(p: &Placement, far: Option<u64>) -> Result<(String, Option<u64>)> {
             }
             _ => room,
         };
+        // `pack` asks the donors for more pages than it offers.
+        let room = room / p.layers.below_per_page();
         if let Some(far) = far.filter(|&f| f > room) {
             bail!("--far {} is more than the donors have free ({})", human(far), human(room));
         }

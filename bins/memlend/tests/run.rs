@@ -9,6 +9,8 @@ mod common;
 mod compress;
 #[path = "run/mem_cgroup.rs"]
 mod mem_cgroup;
+#[path = "run/pack.rs"]
+mod pack;
 #[path = "run/redis.rs"]
 mod redis;
 

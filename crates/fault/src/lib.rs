@@ -15,7 +15,6 @@
 //! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.
 
 mod batch;
-mod codec;
 mod cpu;
 mod discards;
 mod doorbell;
@@ -47,8 +46,8 @@ mod write_failures;
 mod writeback;
 mod zpool;
 
-pub use codec::{Codec, ZSTD_LEVEL};
 pub use error::{FaultError, Result};
+pub use memlend_store::codec::{Codec, ZSTD_LEVEL};
 pub use region::{Region, RegionConfig, Tuning, BUDGET_FLOOR_PAGES};
 pub use state::{PageState, PageTable, Policy, METADATA_BYTES_PER_PAGE};
 pub use stats::{DetailedStats, HandlerStats, RegionStats};

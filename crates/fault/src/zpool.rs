@@ -1,5 +1,5 @@
 //! The compressed local tier. Pages leaving the resident set are kept here,
-//! compressed (lz4, or zstd: `codec.rs`), in memory carved from the same budget, so a fault on one
+//! compressed (lz4, or zstd: `memlend_store::codec`), in memory carved from the same budget, so a fault on one
 //! costs a decompression (about a microsecond) instead of a store read.
 //!
 //! Write-through: a page enters only once the store holds its bytes (a clean
@@ -28,8 +28,8 @@
 //! `KEEP_BYTES_MAX`) never enter, so incompressible data leaves the pool
 //! empty and the whole budget resident.
 
-use crate::codec::{packed_bytes_max, Codec, Engine};
 use crate::mem::PageBuf;
+use memlend_store::codec::{packed_bytes_max, Codec, Engine};
 use memlend_store::PAGE_SIZE;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};

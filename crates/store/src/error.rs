@@ -10,7 +10,7 @@ pub enum StoreError {
     OutOfRange { page: u64, count: u64, pages: u64 },
     #[error("buffer of {len_bytes} bytes is not a non-zero multiple of 4096")]
     Misaligned { len_bytes: usize },
-    #[error("checksum mismatch on page {page}: stored {expected:#010x}, read {actual:#010x}")]
+    #[error("page {page} failed its check (a checksum, or a compressed page that does not decode): expected {expected:#010x}, found {actual:#010x}")]
     Corrupt { page: u64, expected: u32, actual: u32 },
     #[error("no space: {0}")]
     NoSpace(String),

@@ -7,6 +7,7 @@
 //! nbdkit's plugin/filter split: a new backend or layer needs no change
 //! anywhere else.
 
+pub mod codec;
 mod error;
 pub mod file;
 pub mod layer;

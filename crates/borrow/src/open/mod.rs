@@ -19,14 +19,18 @@ impl Placement {
     /// are encrypted here (AES-256-GCM, a fresh key per slab that never
     /// leaves this process; `open/seal.rs`), so a donor holds only ciphertext,
     /// unless `no_encrypt`. The named layers (`layers`) go on top.
+    /// A layer that keeps pages elsewhere below (`pack`) asks the base
+    /// for more pages than the store offers: `Stack::below_per_page`.
     pub fn open(&self, pages: Option<u64>) -> Result<Opened> {
-        let mut opened = self.open_plain(pages)?;
+        let below_per_page = self.layers.below_per_page();
+        let mut opened = self.open_plain(pages.map(|p| p * below_per_page))?;
         if self.encrypts() {
             opened.describe.push_str(", encrypted");
         }
         if !self.layers.is_empty() {
             let built = self.layers.build(opened.store).context("building the named layers")?;
             opened.store = built.store;
+            opened.pages = opened.store.info().pages;
             opened.reports = built.reports;
             opened.describe.push_str(&format!(", layers {}", self.layers));
         }

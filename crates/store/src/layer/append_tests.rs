@@ -1,8 +1,8 @@
 use super::*;
 use crate::layer::flaky::Flaky;
+use crate::layer::remap_tests::*;
 use crate::ram::{RamOptions, RamStore};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 
 fn ram(pages: u64) -> RamStore {
     RamStore::new(pages, RamOptions::default()).unwrap()
@@ -45,29 +45,6 @@ impl PageStore for Runs {
     }
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
         self.inner.discard(page, count)
-    }
-    fn flush(&self) -> StoreResult<()> {
-        Ok(())
-    }
-}
-
-/// Reads that take a while after their lookup: the window in which a
-/// slot reused too soon would be rewritten under them.
-struct SlowReads(RamStore);
-
-impl PageStore for SlowReads {
-    fn info(&self) -> StoreInfo {
-        self.0.info()
-    }
-    fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
-        std::thread::sleep(std::time::Duration::from_micros(50));
-        self.0.read(ops)
-    }
-    fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
-        self.0.write(ops)
-    }
-    fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
-        self.0.discard(page, count)
     }
     fn flush(&self) -> StoreResult<()> {
         Ok(())
@@ -119,94 +96,14 @@ fn scattered_pages_go_down_as_whole_chunks() {
 fn random_operations_match_a_model_through_chunk_reuse() {
     let pages = 96;
     let s = Append::new(ram(slots_for(pages)), pages).unwrap();
-    let mut model: HashMap<u64, u64> = HashMap::new();
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
-    for step in 0..20_000u64 {
-        let page = next() % pages;
-        match next() % 10 {
-            0 => {
-                let count = (next() % 8).min(pages - page);
-                s.discard(page, count).unwrap();
-                for p in page..page + count {
-                    model.remove(&p);
-                }
-            }
-            1..=5 => {
-                let count = 1 + (next() % 12).min(pages - page - 1);
-                let data: Vec<u8> = (0..count).flat_map(|i| page_of(step << 8 | i)).collect();
-                s.write(&[WriteOp { page, data: &data }]).unwrap();
-                for i in 0..count {
-                    model.insert(page + i, step << 8 | i);
-                }
-            }
-            _ => {
-                let want = model.get(&page).map_or(vec![0; PAGE_SIZE], |&t| page_of(t));
-                assert_eq!(read_one(&s, page), want, "page {page} at step {step}");
-            }
-        }
-    }
-    for page in 0..pages {
-        let want = model.get(&page).map_or(vec![0; PAGE_SIZE], |&t| page_of(t));
-        assert_eq!(read_one(&s, page), want, "page {page} at the end");
-    }
+    random_operations_match_a_model(&s, page_of);
 }
 
-/// Writers rewrite their own pages while readers read everyone's: a read
-/// returns one whole version of that very page, never a page whose slot
-/// was reused under it.
 #[test]
 fn reads_racing_rewrites_get_whole_pages_of_their_own() {
-    let pages = 64u64;
-    let s = Arc::new(Append::new(SlowReads(ram(slots_for(pages))), pages).unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let tag = |page: u64, version: u64| page << 32 | version;
-    for page in 0..pages {
-        s.write(&[WriteOp { page, data: &page_of(tag(page, 0)) }]).unwrap();
-    }
-    let mut threads = Vec::new();
-    for w in 0..2u64 {
-        let (s, stop) = (Arc::clone(&s), Arc::clone(&stop));
-        threads.push(std::thread::spawn(move || {
-            let mut version = 1;
-            while !stop.load(SeqCst) {
-                let batch: Vec<(u64, Vec<u8>)> = (0..8)
-                    .map(|i| (w * 32 + (version * 5 + i) % 32, version))
-                    .map(|(p, v)| (p, page_of(tag(p, v))))
-                    .collect();
-                let ops: Vec<WriteOp<'_>> =
-                    batch.iter().map(|(p, d)| WriteOp { page: *p, data: d }).collect();
-                s.write(&ops).unwrap();
-                version += 1;
-            }
-        }));
-    }
-    for r in 0..2u64 {
-        let (s, stop) = (Arc::clone(&s), Arc::clone(&stop));
-        threads.push(std::thread::spawn(move || {
-            // The writers stop when the readers do, a failed assertion too.
-            struct StopOnDrop(Arc<AtomicBool>);
-            impl Drop for StopOnDrop {
-                fn drop(&mut self) {
-                    self.0.store(true, SeqCst);
-                }
-            }
-            let _stop = StopOnDrop(stop);
-            for i in 0..1_000u64 {
-                let page = (i * 7 + r) % pages;
-                let got = read_one(&*s, page);
-                let first = u64::from_le_bytes(got[..8].try_into().unwrap());
-                assert_eq!(first >> 32, page, "page {page} read another page's bytes");
-                assert_eq!(got, page_of(first), "page {page} torn");
-            }
-        }));
-    }
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    let below = SlowReads(ram(slots_for(64)));
+    let versions = Versions { tag: |p, v| p << 32 | v, page_of_tag: |t| t >> 32, bytes: page_of };
+    reads_racing_rewrites_get_whole_pages(Arc::new(Append::new(below, 64).unwrap()), versions);
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //! stores and rebuilds a lost copy, `relocate` moves pages while in use,
 //! `on_demand` opens its store on the first write, `watermark` calls a
 //! hook when writes first reach a page, `append` writes scattered pages to
-//! whole free chunks below (large writes for a disk), `lost` stands in for a store whose pages are gone, `local_tags` keeps
+//! whole free chunks below (large writes for a disk), `pack`
+//! compresses pages several to a page below (fewer bytes written), `lost` stands in for a store whose pages are gone, `local_tags` keeps
 //! a sidecar per page for a store that has none (for `crypt`). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
@@ -28,8 +29,11 @@ pub mod local_tags;
 pub mod lost;
 pub mod mirror;
 pub mod on_demand;
+pub mod pack;
 pub mod registry;
 pub mod relocate;
+#[cfg(test)]
+mod remap_tests;
 pub mod report;
 pub mod stats;
 pub mod stripe;

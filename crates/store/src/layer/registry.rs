@@ -13,7 +13,7 @@
 //! its report line), its `mod` line in `layer/mod.rs`, and one entry in
 //! [`LAYERS`].
 
-use super::{checksum, crypt, stats};
+use super::{checksum, crypt, pack, stats};
 use crate::{PageStore, StoreResult};
 use std::fmt;
 use std::str::FromStr;
@@ -37,14 +37,24 @@ pub struct Named {
     /// The one property the layer adds, for `--help` and errors.
     pub adds: &'static str,
     wrap: Wrap,
+    /// Pages the store below needs per page of this layer (1 for most;
+    /// `pack` keeps `pack::HEADROOM` bins a page).
+    pub below_per_page: u64,
 }
 
 /// Every layer a spec may name: one line each, the layer's own file giving
 /// its `named` function and what it `ADDS`.
 pub static LAYERS: &[Named] = &[
-    Named { name: "checksum", adds: checksum::ADDS, wrap: checksum::named },
-    Named { name: "crypt", adds: crypt::ADDS, wrap: crypt::named },
-    Named { name: "stats", adds: stats::ADDS, wrap: stats::named },
+    Named { name: "checksum", adds: checksum::ADDS, wrap: checksum::named, below_per_page: 1 },
+    Named { name: "crypt", adds: crypt::ADDS, wrap: crypt::named, below_per_page: 1 },
+    Named { name: "pack", adds: pack::ADDS, wrap: pack::named, below_per_page: pack::HEADROOM },
+    Named {
+        name: "pack-zstd",
+        adds: pack::ADDS_ZSTD,
+        wrap: pack::named_zstd,
+        below_per_page: pack::HEADROOM,
+    },
+    Named { name: "stats", adds: stats::ADDS, wrap: stats::named, below_per_page: 1 },
 ];
 
 /// A checked spec: layers outermost first, each at most once.
@@ -63,6 +73,12 @@ pub struct Built {
 impl Stack {
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
+    }
+
+    /// Pages the base must have per page the stack offers: open the base
+    /// with this many times the pages wanted.
+    pub fn below_per_page(&self) -> u64 {
+        self.layers.iter().map(|name| find(name).map_or(1, |n| n.below_per_page)).product()
     }
 
     /// Wrap `base` in the layers, innermost first.
@@ -136,7 +152,13 @@ impl FromStr for Stack {
             }
             layers.push(named.name);
         }
-        Ok(Stack { layers })
+        let stack = Stack { layers };
+        if stack.below_per_page() > pack::HEADROOM {
+            return Err(SpecError(format!(
+                "layer spec \"{spec}\": pack and pack-zstd would compress twice; name one"
+            )));
+        }
+        Ok(stack)
     }
 }
 

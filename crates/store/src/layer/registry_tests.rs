@@ -36,20 +36,21 @@ fn an_empty_spec_is_the_base_itself() {
 #[test]
 fn bad_specs_are_refused_with_the_reason() {
     let err = |s: &str| s.parse::<Stack>().unwrap_err().0;
-    assert!(
-        err("checksum,zstd").contains("\"zstd\" is not a layer (known: checksum, crypt, stats)")
-    );
+    assert!(err("checksum,zstd")
+        .contains("\"zstd\" is not a layer (known: checksum, crypt, pack, pack-zstd, stats)"));
     assert!(err("checksum,,stats").contains("an empty name is not a layer"));
     assert!(err("stats,stats").contains("stats is named twice"));
     assert!(err(&"x".repeat(SPEC_BYTES_MAX + 1)).contains("over the limit of 256"));
     assert!(err("Checksum").contains("not a layer"), "names are exact");
+    assert!(err("pack,pack-zstd").contains("compress twice"));
 }
 
 #[test]
 fn every_registered_layer_keeps_the_bytes_written_through_it() {
     for named in LAYERS {
         let stack: Stack = named.name.parse().unwrap();
-        let built = stack.build(ram(8)).unwrap();
+        let built = stack.build(ram(8 * named.below_per_page)).unwrap();
+        assert_eq!(built.store.info().pages, 8, "{}", named.name);
         let pages: Vec<Vec<u8>> = (0..8).map(page_of).collect();
         for (i, p) in pages.iter().enumerate() {
             built.store.write(&[WriteOp { page: i as u64, data: p }]).unwrap();
@@ -90,4 +91,18 @@ fn the_checksum_layer_catches_a_page_changed_below_it() {
     assert!(matches!(res, Err(StoreError::Corrupt { page: 0, .. })), "{res:?}");
     assert_eq!(built.reports[0](), "checksum: 1 corrupt pages");
     assert!(built.reports[1]().contains("write 1 ops"), "{}", built.reports[1]());
+}
+
+#[test]
+fn pack_asks_the_base_for_its_headroom_and_says_what_it_saved() {
+    let stack: Stack = "stats,pack".parse().unwrap();
+    assert_eq!(stack.below_per_page(), 2);
+    assert_eq!("checksum,stats".parse::<Stack>().unwrap().below_per_page(), 1);
+    let built = stack.build(ram(32)).unwrap();
+    assert_eq!(built.store.info().name, "stats(pack(ram))");
+    assert_eq!(built.store.info().pages, 16);
+    let text: Vec<u8> = "the page of the donor ".bytes().cycle().take(8 * PAGE_SIZE).collect();
+    built.store.write(&[WriteOp { page: 0, data: &text }]).unwrap();
+    let line = built.reports[1]();
+    assert!(line.starts_with("pack (Lz4): 8 pages written as 1 pages below"), "{line}");
 }

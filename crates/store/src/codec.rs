@@ -1,4 +1,5 @@
-//! How the compressed pool (`zpool.rs`) compresses a page: lz4 (fast, the
+//! How a page is compressed, by the fault handler's compressed pool
+//! (`memlend-fault`'s `zpool.rs`) and by the `pack` layer: lz4 (fast, the
 //! default) or zstd at a low level (about twice the ratio on text, at two
 //! to three times the CPU). Measured here on 4 KiB pages (one core, this
 //! VM): text of short words, lz4 2149 bytes a page in 6.3 µs, decompressed
@@ -7,7 +8,7 @@
 //! So zstd keeps about twice the pages in the same pool where data is text,
 //! and pays for it on the write-back thread and on each pool fault.
 
-use memlend_store::PAGE_SIZE;
+use crate::PAGE_SIZE;
 
 /// The compression a pool uses; one codec per pool, for its whole life.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,14 +26,14 @@ pub const ZSTD_LEVEL: i32 = 1;
 
 /// The largest compressed page either codec may produce (so a scratch
 /// buffer of this size never refuses a page for room).
-pub(crate) fn packed_bytes_max() -> usize {
+pub fn packed_bytes_max() -> usize {
     lz4_flex::block::get_maximum_output_size(PAGE_SIZE)
         .max(zstd::zstd_safe::compress_bound(PAGE_SIZE))
 }
 
 /// A codec with its working state (zstd keeps a context: making one per
 /// page would cost more than the page).
-pub(crate) enum Engine {
+pub enum Engine {
     Lz4,
     Zstd {
         compressor: Box<zstd::bulk::Compressor<'static>>,
@@ -43,7 +44,7 @@ pub(crate) enum Engine {
 impl Engine {
     /// An engine for `codec`. zstd's contexts are small allocations; failing
     /// to make one is an allocation failure, reported as an I/O error.
-    pub(crate) fn new(codec: Codec) -> std::io::Result<Engine> {
+    pub fn new(codec: Codec) -> std::io::Result<Engine> {
         Ok(match codec {
             Codec::Lz4 => Engine::Lz4,
             Codec::Zstd => Engine::Zstd {
@@ -55,7 +56,7 @@ impl Engine {
 
     /// Compress `page` into `out` (at least `packed_bytes_max()` long);
     /// its length, or None if it did not compress.
-    pub(crate) fn compress(&mut self, page: &[u8], out: &mut [u8]) -> Option<usize> {
+    pub fn compress(&mut self, page: &[u8], out: &mut [u8]) -> Option<usize> {
         match self {
             Engine::Lz4 => lz4_flex::block::compress_into(page, out).ok(),
             Engine::Zstd { compressor, .. } => compressor.compress_to_buffer(page, out).ok(),
@@ -64,7 +65,7 @@ impl Engine {
 
     /// Decompress `packed` into `out` (a page); the length it came to, or
     /// an error in words.
-    pub(crate) fn decompress(&mut self, packed: &[u8], out: &mut [u8]) -> Result<usize, String> {
+    pub fn decompress(&mut self, packed: &[u8], out: &mut [u8]) -> Result<usize, String> {
         match self {
             Engine::Lz4 => lz4_flex::block::decompress_into(packed, out).map_err(|e| e.to_string()),
             Engine::Zstd { decompressor, .. } => {
