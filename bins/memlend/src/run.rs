@@ -194,7 +194,7 @@ fn preflight(p: &Placement, far: Option<u64>) -> Result<(String, Option<u64>)> {
             _ => room,
         };
         // `pack` asks the donors for more pages than it offers.
-        let room = room / p.layers.below_per_page();
+        let room = p.layers.pages_offered(room / 4096) * 4096;
         if let Some(far) = far.filter(|&f| f > room) {
             bail!("--far {} is more than the donors have free ({})", human(far), human(room));
         }

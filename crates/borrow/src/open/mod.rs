@@ -19,11 +19,10 @@ impl Placement {
     /// are encrypted here (AES-256-GCM, a fresh key per slab that never
     /// leaves this process; `open/seal.rs`), so a donor holds only ciphertext,
     /// unless `no_encrypt`. The named layers (`layers`) go on top.
-    /// A layer that keeps pages elsewhere below (`pack`) asks the base
-    /// for more pages than the store offers: `Stack::below_per_page`.
+    /// A layer that keeps spare pages below (`pack`) asks the base for
+    /// more pages than the store offers: `Stack::pages_below`.
     pub fn open(&self, pages: Option<u64>) -> Result<Opened> {
-        let below_per_page = self.layers.below_per_page();
-        let mut opened = self.open_plain(pages.map(|p| p * below_per_page))?;
+        let mut opened = self.open_plain(pages.map(|p| self.layers.pages_below(p)))?;
         if self.encrypts() {
             opened.describe.push_str(", encrypted");
         }

@@ -18,10 +18,13 @@
 //!   tried, so random data costs about a memcpy, not a compression.
 //! - A bin is free again when every entry in it has been rewritten or
 //!   discarded. Every live bin holds at least one live page, so at most
-//!   `pages` bins are live, and a store below with `HEADROOM` bins a page
-//!   always has room for a batch: no cleaner is needed for correctness.
-//!   Without one, free space can fragment under rewrites (bins a quarter
-//!   live), which costs room below, never a failed write.
+//!   `pages` bins are live whatever the data, and a store below with
+//!   `bins_for(pages)` bins (an eighth more, at least `CHUNK_PAGES` more)
+//!   always has room for a chunk of a write once the writes in flight
+//!   settle: a write goes down `CHUNK_PAGES` at a time, each chunk taking
+//!   all its bins or waiting for them. No cleaner is needed for
+//!   correctness. Without one, a bin keeps its room until its last entry
+//!   goes: room below is what rewrites leave, never a failed write.
 //! - Reuse is safe against reads in flight exactly as in `append`: a bin
 //!   that empties waits in `quarantine` until no read holds the `gate`.
 //!
@@ -34,15 +37,39 @@
 use crate::codec::{packed_bytes_max, Codec, Engine};
 use crate::{check_range, check_run, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
 use crate::{WriteOp, PAGE_SIZE};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 pub const ADDS: &str = "pages compressed (lz4), several to a page of the store below";
 pub const ADDS_ZSTD: &str = "pages compressed (zstd), several to a page of the store below";
 
-/// Bins below per page of this store.
-pub const HEADROOM: u64 = 2;
+/// A write goes down this many pages at a time (at most this many bins
+/// in flight per writer), and the store below has at least this many
+/// bins more than this one has pages.
+pub const CHUNK_PAGES: usize = 256;
+/// The store below has this share more bins than this store has pages.
+const SLACK_SHARE: u64 = 8;
+
+/// Bins the store below needs for a store of `pages` pages.
+pub fn bins_for(pages: u64) -> u64 {
+    slack_bins(pages, CHUNK_PAGES) + pages
+}
+
+fn slack_bins(pages: u64, chunk_pages: usize) -> u64 {
+    (pages / SLACK_SHARE).max(chunk_pages as u64)
+}
+
+/// The most pages a store below of `bins` bins can offer (the inverse of
+/// [`bins_for`]).
+pub fn pages_for(bins: u64) -> u64 {
+    let mut pages =
+        (bins.saturating_sub(CHUNK_PAGES as u64)).min(bins * SLACK_SHARE / (SLACK_SHARE + 1) + 1);
+    while pages > 0 && bins_for(pages) > bins {
+        pages -= 1;
+    }
+    pages
+}
 /// A page that compresses to more than this goes below as it is: packing
 /// it would save under a quarter of a bin and still cost a decompression.
 pub const PACKED_BYTES_MAX: usize = 3 * 1024;
@@ -74,6 +101,10 @@ pub struct Pack<S> {
     /// Held shared by every read from its lookup to the end of its I/O;
     /// taken exclusively only to empty the quarantine.
     gate: RwLock<()>,
+    /// Pages a write puts down at once (`CHUNK_PAGES`; smaller in tests).
+    chunk_pages: usize,
+    /// Signalled when a write's bins settle or go back.
+    settled: Condvar,
     /// zstd's contexts, one per thread in a write or read at once.
     engines: Mutex<Vec<Engine>>,
     /// The last 32 pages tried, one bit each: 1 if it did not compress.
@@ -99,6 +130,8 @@ struct Map {
     /// freed after that (so a donor's or a file's touched pages stay few).
     free: Vec<u32>,
     quarantine: Vec<u32>,
+    /// Bins taken by writes not yet settled.
+    in_flight: usize,
 }
 
 impl Map {
@@ -136,9 +169,15 @@ enum Entry<'a> {
 }
 
 impl<S: PageStore> Pack<S> {
-    /// Wraps `inner`, which must have at least `pages * HEADROOM` pages.
+    /// Wraps `inner`, which must have at least `bins_for(pages)` pages.
     pub fn new(inner: S, pages: u64, codec: Codec) -> StoreResult<Self> {
-        let bins = pages * HEADROOM;
+        Self::with_chunk(inner, pages, codec, CHUNK_PAGES)
+    }
+
+    /// The same, writing `chunk_pages` at a time (tests use a small one,
+    /// so that bins are reused often).
+    fn with_chunk(inner: S, pages: u64, codec: Codec, chunk_pages: usize) -> StoreResult<Self> {
+        let bins = pages + slack_bins(pages, chunk_pages);
         let below = inner.info().pages;
         if bins > below {
             return Err(StoreError::NoSpace(format!(
@@ -153,6 +192,7 @@ impl<S: PageStore> Pack<S> {
             live: vec![0; bins as usize],
             free: (0..bins as u32).rev().collect(),
             quarantine: Vec::new(),
+            in_flight: 0,
         };
         Ok(Pack {
             inner,
@@ -160,6 +200,8 @@ impl<S: PageStore> Pack<S> {
             codec,
             map: Mutex::new(map),
             gate: RwLock::new(()),
+            chunk_pages,
+            settled: Condvar::new(),
             engines: Mutex::new(Vec::new()),
             refused_recent: AtomicU32::new(0),
             tried: AtomicU32::new(0),
@@ -222,28 +264,42 @@ impl<S: PageStore> Pack<S> {
         Ok(entries)
     }
 
-    /// `n` free bins, lowest-numbered need first; fewer only if the store
-    /// below is full of live bins, bins being written and quarantine.
-    fn allocate(&self, n: usize) -> Vec<u32> {
-        let take = |map: &mut Map, out: &mut Vec<u32>| {
-            while out.len() < n {
-                match map.free.pop() {
-                    Some(bin) => out.push(bin),
-                    None => return,
-                }
+    /// `n` free bins (at most a chunk's), all or none: waiting for the
+    /// quarantine to empty or for writes in flight to settle, never
+    /// holding some while waiting for more (two writers would deadlock).
+    fn allocate(&self, n: usize) -> StoreResult<Vec<u32>> {
+        assert!(n <= self.chunk_pages, "a chunk of {n} bins is over {}", self.chunk_pages);
+        let mut map = self.map.lock();
+        loop {
+            if map.free.len() >= n {
+                let at = map.free.len() - n;
+                map.in_flight += n;
+                return Ok(map.free.split_off(at));
             }
-        };
-        let mut bins = Vec::with_capacity(n);
-        take(&mut self.map.lock(), &mut bins);
-        if bins.len() < n {
-            // Wait for the reads in flight, then take from the quarantine in
-            // the same hold of the map, so another writer cannot take it first.
-            let _no_reads = self.gate.write();
-            let mut map = self.map.lock();
-            map.release_quarantine();
-            take(&mut map, &mut bins);
+            if !map.quarantine.is_empty() {
+                drop(map);
+                let _no_reads = self.gate.write();
+                map = self.map.lock();
+                map.release_quarantine();
+                continue;
+            }
+            if map.in_flight == 0 {
+                // The slack holds a chunk once every write has settled.
+                return Err(StoreError::NoSpace(format!(
+                    "pack: {n} bins wanted, {} free and none in flight (a bug)",
+                    map.free.len()
+                )));
+            }
+            self.settled.wait(&mut map);
         }
-        bins
+    }
+
+    /// Bins a failed write took go back unused.
+    fn give_back(&self, bins: &[u32]) {
+        let mut map = self.map.lock();
+        map.free.extend_from_slice(bins);
+        map.in_flight -= bins.len();
+        self.settled.notify_all();
     }
 
     /// Bins left by writes and discards become free if no read is in flight.
@@ -392,43 +448,16 @@ impl<S: PageStore> PageStore for Pack<S> {
         for op in ops {
             check_run(self.pages, op.page, op.data.len())?;
         }
-        let mut packed = Vec::new();
-        let entries = self.classify(ops, &mut packed)?;
-        let (place, packed_bins) = lay_out(&entries);
-        let raw = entries.iter().filter(|e| matches!(e, Entry::Raw(_))).count();
-        let n = packed_bins.len() + raw;
-        let bins = self.allocate(n);
-        if bins.len() < n {
-            self.map.lock().free.extend_from_slice(&bins);
-            return Err(StoreError::NoSpace(format!(
-                "pack: no free page below for {n} bins (pages live, being written or in flight)"
-            )));
-        }
-        // Packed bins padded to a page; raw pages go from the caller's buffer.
-        let mut padded = vec![0u8; packed_bins.len() * PAGE_SIZE];
-        for (buf, &(start, end)) in padded.chunks_mut(PAGE_SIZE).zip(&packed_bins) {
-            buf[..end - start].copy_from_slice(&packed[start..end]);
-        }
-        let (packed_at, raw_at) = bins.split_at(packed_bins.len());
-        let mut below: Vec<WriteOp<'_>> = padded
-            .chunks(PAGE_SIZE)
-            .zip(packed_at)
-            .map(|(data, &bin)| WriteOp { page: u64::from(bin), data })
+        let pages: Vec<WriteOp<'_>> = ops
+            .iter()
+            .flat_map(|op| {
+                let at = |(i, data)| WriteOp { page: op.page + i as u64, data };
+                op.data.chunks(PAGE_SIZE).enumerate().map(at)
+            })
             .collect();
-        let raw_pages =
-            entries.iter().filter_map(|e| if let Entry::Raw(d) = e { Some(*d) } else { None });
-        below.extend(
-            raw_pages.zip(raw_at).map(|(data, &bin)| WriteOp { page: u64::from(bin), data }),
-        );
-        below.sort_unstable_by_key(|op| op.page);
-        if !below.is_empty() {
-            if let Err(e) = self.inner.write(&below) {
-                self.map.lock().free.extend_from_slice(&bins);
-                return Err(e);
-            }
+        for chunk in pages.chunks(self.chunk_pages) {
+            self.write_chunk(chunk)?;
         }
-        self.settle(ops, &entries, &place, packed_at, raw_at);
-        self.release();
         Ok(())
     }
 
@@ -448,6 +477,42 @@ impl<S: PageStore> PageStore for Pack<S> {
 }
 
 impl<S: PageStore> Pack<S> {
+    /// One chunk of a write, one op a page: compress, lay out, take bins,
+    /// write them below, then point the map at them.
+    fn write_chunk(&self, pages: &[WriteOp<'_>]) -> StoreResult<()> {
+        let mut packed = Vec::new();
+        let entries = self.classify(pages, &mut packed)?;
+        let (place, packed_bins) = lay_out(&entries);
+        let raw = entries.iter().filter(|e| matches!(e, Entry::Raw(_))).count();
+        let bins = self.allocate(packed_bins.len() + raw)?;
+        // Packed bins padded to a page; raw pages go from the caller's buffer.
+        let mut padded = vec![0u8; packed_bins.len() * PAGE_SIZE];
+        for (buf, &(start, end)) in padded.chunks_mut(PAGE_SIZE).zip(&packed_bins) {
+            buf[..end - start].copy_from_slice(&packed[start..end]);
+        }
+        let (packed_at, raw_at) = bins.split_at(packed_bins.len());
+        let mut below: Vec<WriteOp<'_>> = padded
+            .chunks(PAGE_SIZE)
+            .zip(packed_at)
+            .map(|(data, &bin)| WriteOp { page: u64::from(bin), data })
+            .collect();
+        let raw_pages =
+            entries.iter().filter_map(|e| if let Entry::Raw(d) = e { Some(*d) } else { None });
+        below.extend(
+            raw_pages.zip(raw_at).map(|(data, &bin)| WriteOp { page: u64::from(bin), data }),
+        );
+        below.sort_unstable_by_key(|op| op.page);
+        if !below.is_empty() {
+            if let Err(e) = self.inner.write(&below) {
+                self.give_back(&bins);
+                return Err(e);
+            }
+        }
+        self.settle(pages, &entries, &place, packed_at, raw_at);
+        self.release();
+        Ok(())
+    }
+
     /// After the bins are down: every page of the write now lives there.
     fn settle(
         &self,
@@ -461,6 +526,8 @@ impl<S: PageStore> Pack<S> {
             ops.iter().flat_map(|op| (0..(op.data.len() / PAGE_SIZE) as u64).map(|i| op.page + i));
         let mut raw_next = raw_at.iter();
         let mut map = self.map.lock();
+        map.in_flight -= packed_at.len() + raw_at.len();
+        self.settled.notify_all();
         let (mut zero, mut raw) = (0, 0);
         for ((page, entry), &(bin_index, offset)) in pages.zip(entries).zip(place) {
             let at = match *entry {
@@ -496,7 +563,7 @@ fn named_with(
     reports: &mut Vec<super::report::Report>,
     codec: Codec,
 ) -> StoreResult<Arc<dyn PageStore>> {
-    let pages = base.info().pages / HEADROOM;
+    let pages = pages_for(base.info().pages);
     let layer = Arc::new(Pack::new(base, pages, codec)?);
     let seen = Arc::clone(&layer);
     reports.push(Box::new(move || seen.summary()));

@@ -8,8 +8,10 @@ fn ram(pages: u64) -> RamStore {
     RamStore::new(pages, RamOptions::default()).unwrap()
 }
 
+/// Writes 8 pages at a time, with as few bins to spare as it may have:
+/// bins are reused often.
 fn pack(pages: u64, codec: Codec) -> Pack<RamStore> {
-    Pack::new(ram(pages * HEADROOM), pages, codec).unwrap()
+    Pack::with_chunk(ram(pages + slack_bins(pages, 8)), pages, codec, 8).unwrap()
 }
 
 fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
@@ -106,18 +108,18 @@ fn random_operations_match_a_model_through_bin_reuse() {
 /// Tags that are text (`tag % 4 == 0`), so several share a bin.
 #[test]
 fn reads_racing_rewrites_get_whole_pages_of_their_own() {
-    let below = SlowReads(ram(64 * HEADROOM));
+    let below = SlowReads(ram(64 + 8));
     let versions =
         Versions { tag: |p, v| (p << 32 | v) << 2, page_of_tag: |t| t >> 34, bytes: page_of };
-    let s = Pack::new(below, 64, Codec::Lz4).unwrap();
+    let s = Pack::with_chunk(below, 64, Codec::Lz4, 8).unwrap();
     reads_racing_rewrites_get_whole_pages(Arc::new(s), versions);
 }
 
 #[test]
 fn a_failed_write_keeps_the_old_bytes_and_frees_its_bins() {
     let pages = 16;
-    let below = Flaky::new(pages * HEADROOM);
-    let s = Pack::new(Arc::clone(&below), pages, Codec::Lz4).unwrap();
+    let below = Flaky::new(pages + 8);
+    let s = Pack::with_chunk(Arc::clone(&below), pages, Codec::Lz4, 8).unwrap();
     s.write(&[WriteOp { page: 3, data: &page_of(1) }]).unwrap();
     below.dead.store(true, SeqCst);
     let all: Vec<u8> = (0..pages).flat_map(|p| page_of(p * 4 + 1)).collect();
@@ -136,8 +138,8 @@ fn a_failed_write_keeps_the_old_bytes_and_frees_its_bins() {
 /// fails the pages packed in it, zeroed, and returns the others.
 #[test]
 fn a_bin_that_does_not_decode_fails_its_pages_and_returns_the_rest() {
-    let base = Arc::new(ram(32));
-    let s = Pack::new(Arc::clone(&base), 16, Codec::Lz4).unwrap();
+    let base = Arc::new(ram(24));
+    let s = Pack::with_chunk(Arc::clone(&base), 16, Codec::Lz4, 8).unwrap();
     let text: Vec<u8> = [page_of(0), page_of(4), page_of(9)].concat();
     s.write(&[WriteOp { page: 0, data: &text }]).unwrap();
     let bins: Vec<u32> = (0..3).map(|p| bin_of(s.map.lock().loc_of[p])).collect();
@@ -154,8 +156,8 @@ fn a_bin_that_does_not_decode_fails_its_pages_and_returns_the_rest() {
 
 #[test]
 fn a_store_below_too_small_and_bad_requests_are_refused() {
-    let err = Pack::new(ram(100), 64, Codec::Lz4).err().unwrap();
-    assert!(err.to_string().contains("need 128 pages below"), "{err}");
+    let err = Pack::new(ram(300), 64, Codec::Lz4).err().unwrap();
+    assert!(err.to_string().contains("need 320 pages below"), "{err}");
     let s = pack(8, Codec::Lz4);
     assert!(matches!(
         s.write(&[WriteOp { page: 8, data: &page_of(0) }]),
@@ -184,10 +186,10 @@ fn random_data_stops_being_compressed_after_a_while() {
 /// named by this store's page number, raw or packed, and the rest return.
 #[test]
 fn over_a_checked_store_a_failed_page_is_named_as_this_store_knows_it() {
-    let base = Arc::new(ram(32));
+    let base = Arc::new(ram(24));
     let crypt =
         crate::layer::Crypt::new(crate::layer::LocalTags::new(Arc::clone(&base)).unwrap(), [7; 32]);
-    let s = Pack::new(crypt.unwrap(), 16, Codec::Lz4).unwrap();
+    let s = Pack::with_chunk(crypt.unwrap(), 16, Codec::Lz4, 8).unwrap();
     let data: Vec<u8> = [page_of(1), page_of(0), page_of(5)].concat();
     s.write(&[WriteOp { page: 4, data: &data }]).unwrap();
     let raw_bin = bin_of(s.map.lock().loc_of[4]);
@@ -197,4 +199,32 @@ fn over_a_checked_store_a_failed_page_is_named_as_this_store_knows_it() {
     assert!(matches!(res, Err(StoreError::Corrupt { page: 4, .. })), "{res:?}");
     assert!(got[..PAGE_SIZE] == vec![0; PAGE_SIZE], "the failed raw page, zeroed");
     assert!(got[PAGE_SIZE..] == [page_of(0), page_of(5)].concat(), "the others, returned");
+}
+
+/// Four writers rewrite their own pages with random bytes (a bin each)
+/// through a store with only a chunk of bins to spare: a chunk that finds
+/// too few free bins waits for the others to settle, and no write fails.
+#[test]
+fn writers_that_find_no_free_bin_wait_for_one_and_none_fails() {
+    let pages = 64u64;
+    let s = Arc::new(pack(pages, Codec::Lz4));
+    let threads: Vec<_> = (0..4u64)
+        .map(|w| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                for round in 0..200u64 {
+                    let data: Vec<u8> =
+                        (0..16).flat_map(|i| page_of((round << 20 | w << 8 | i) * 4 + 1)).collect();
+                    s.write(&[WriteOp { page: w * 16, data: &data }]).unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    for w in 0..4u64 {
+        for i in 0..16 {
+            assert_eq!(read_one(&*s, w * 16 + i), page_of((199 << 20 | w << 8 | i) * 4 + 1));
+        }
+    }
+    assert_eq!(s.map.lock().in_flight, 0);
 }

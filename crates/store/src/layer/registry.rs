@@ -37,24 +37,41 @@ pub struct Named {
     /// The one property the layer adds, for `--help` and errors.
     pub adds: &'static str,
     wrap: Wrap,
-    /// Pages the store below needs per page of this layer (1 for most;
-    /// `pack` keeps `pack::HEADROOM` bins a page).
-    pub below_per_page: u64,
+    /// Pages the store below needs for this layer to offer `pages` (the
+    /// same for most; `pack` keeps some bins spare), and its inverse.
+    pub below: fn(u64) -> u64,
+    pub offered: fn(u64) -> u64,
+}
+
+fn same(pages: u64) -> u64 {
+    pages
+}
+
+/// A layer that offers every page of the store below.
+const fn plain(name: &'static str, adds: &'static str, wrap: Wrap) -> Named {
+    Named { name, adds, wrap, below: same, offered: same }
 }
 
 /// Every layer a spec may name: one line each, the layer's own file giving
 /// its `named` function and what it `ADDS`.
 pub static LAYERS: &[Named] = &[
-    Named { name: "checksum", adds: checksum::ADDS, wrap: checksum::named, below_per_page: 1 },
-    Named { name: "crypt", adds: crypt::ADDS, wrap: crypt::named, below_per_page: 1 },
-    Named { name: "pack", adds: pack::ADDS, wrap: pack::named, below_per_page: pack::HEADROOM },
+    plain("checksum", checksum::ADDS, checksum::named),
+    plain("crypt", crypt::ADDS, crypt::named),
+    Named {
+        name: "pack",
+        adds: pack::ADDS,
+        wrap: pack::named,
+        below: pack::bins_for,
+        offered: pack::pages_for,
+    },
     Named {
         name: "pack-zstd",
         adds: pack::ADDS_ZSTD,
         wrap: pack::named_zstd,
-        below_per_page: pack::HEADROOM,
+        below: pack::bins_for,
+        offered: pack::pages_for,
     },
-    Named { name: "stats", adds: stats::ADDS, wrap: stats::named, below_per_page: 1 },
+    plain("stats", stats::ADDS, stats::named),
 ];
 
 /// A checked spec: layers outermost first, each at most once.
@@ -75,10 +92,19 @@ impl Stack {
         self.layers.is_empty()
     }
 
-    /// Pages the base must have per page the stack offers: open the base
-    /// with this many times the pages wanted.
-    pub fn below_per_page(&self) -> u64 {
-        self.layers.iter().map(|name| find(name).map_or(1, |n| n.below_per_page)).product()
+    /// Pages the base must have for the stack to offer `pages`.
+    pub fn pages_below(&self, pages: u64) -> u64 {
+        self.named().fold(pages, |p, n| (n.below)(p))
+    }
+
+    /// Pages the stack offers over a base of `pages` pages.
+    pub fn pages_offered(&self, pages: u64) -> u64 {
+        self.named().rev().fold(pages, |p, n| (n.offered)(p))
+    }
+
+    /// The layers, outermost first.
+    fn named(&self) -> impl DoubleEndedIterator<Item = &'static Named> + '_ {
+        self.layers.iter().map(|name| find(name).expect("a checked stack names known layers"))
     }
 
     /// Wrap `base` in the layers, innermost first.
@@ -153,7 +179,7 @@ impl FromStr for Stack {
             layers.push(named.name);
         }
         let stack = Stack { layers };
-        if stack.below_per_page() > pack::HEADROOM {
+        if stack.layers.iter().filter(|name| name.starts_with("pack")).count() > 1 {
             return Err(SpecError(format!(
                 "layer spec \"{spec}\": pack and pack-zstd would compress twice; name one"
             )));

@@ -49,7 +49,7 @@ fn bad_specs_are_refused_with_the_reason() {
 fn every_registered_layer_keeps_the_bytes_written_through_it() {
     for named in LAYERS {
         let stack: Stack = named.name.parse().unwrap();
-        let built = stack.build(ram(8 * named.below_per_page)).unwrap();
+        let built = stack.build(ram(stack.pages_below(8))).unwrap();
         assert_eq!(built.store.info().pages, 8, "{}", named.name);
         let pages: Vec<Vec<u8>> = (0..8).map(page_of).collect();
         for (i, p) in pages.iter().enumerate() {
@@ -96,9 +96,11 @@ fn the_checksum_layer_catches_a_page_changed_below_it() {
 #[test]
 fn pack_asks_the_base_for_its_headroom_and_says_what_it_saved() {
     let stack: Stack = "stats,pack".parse().unwrap();
-    assert_eq!(stack.below_per_page(), 2);
-    assert_eq!("checksum,stats".parse::<Stack>().unwrap().below_per_page(), 1);
-    let built = stack.build(ram(32)).unwrap();
+    assert_eq!(stack.pages_below(16), 16 + 256);
+    assert_eq!(stack.pages_below(1 << 20), (1 << 20) + (1 << 17), "an eighth more");
+    assert_eq!(stack.pages_offered(stack.pages_below(12345)), 12345);
+    assert_eq!("checksum,stats".parse::<Stack>().unwrap().pages_below(77), 77);
+    let built = stack.build(ram(16 + 256)).unwrap();
     assert_eq!(built.store.info().name, "stats(pack(ram))");
     assert_eq!(built.store.info().pages, 16);
     let text: Vec<u8> = "the page of the donor ".bytes().cycle().take(8 * PAGE_SIZE).collect();
