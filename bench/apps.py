@@ -90,7 +90,8 @@ OOM killer ends gets a row that says so. Per run it records ops/s, latency p50/p
 of the same cell, the memcg's max_usage, the total memory (above), swap-ins/outs (vmstat
 pswpin/pswpout and zswpin/zswpout over the timed phase, and over the whole run), "in/op":
 pages brought back per timed operation from wherever each peer keeps them (swap-ins, zswap
-loads, memlend's store and pool faults, from `memlend top`'s live files), the CPU
+loads, memlend's store and pool faults, from `memlend top`'s live files), the memlend
+donor's peak resident set ("donor MiB", VmHWM: what its slabs, which grow with use, took), the CPU
 pressure during the timed phase (PSI "some": the share of time some task waited for a CPU;
 the client, the server, memlend's threads and the donor share 2 cores), the client's CPU,
 memory.failcnt (how often a charge hit the limit and had to reclaim), memlend's summary
@@ -220,6 +221,19 @@ class Sampler:
         self.stop_ev.set()
         self.th.join()
         return self.peak
+
+
+def donor_peak_mib(pid):
+    """The donor's peak resident set (VmHWM), in MiB: the memory its slabs really took
+    (they grow with use), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
 
 
 def run_json(argv, timeout_s):
@@ -532,6 +546,7 @@ class Bench:
             yield cg_limit, wrap
         finally:
             if donor is not None:
+                row["donor_peak_mib"] = donor_peak_mib(donor.proc.pid)
                 donor.kill(signal.SIGTERM)
             if zswap is not None:
                 self.zswap_off(*zswap)
@@ -972,6 +987,7 @@ COLUMNS = [
     Column("total_peak_mib", "total MiB", "{:,.0f}"),
     Column("timed_pswpin", "swap-ins", "{:,}"),
     Column("store_faults", "store faults", "{:,}"),
+    Column("donor_peak_mib", "donor MiB", "{:,.0f}"),
     Column("in_per_op", "in/op", "{:.2f}"),
     Column("fault_p50_us", "fault p50 us", "{:.1f}"),
     Column("fault_p50_x_floor", "x floor", "{:.2f}"),
