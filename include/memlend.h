@@ -74,7 +74,7 @@ typedef struct memlend_config {
     /* Version 2 (64 bytes on LP64): */
     const char *layers;         /* named layers over the store, outermost
                                    first: "checksum,stats" (known: checksum,
-                                   crypt, stats), or NULL/"" for none */
+                                   crypt, pack, pack-zstd, stats), or NULL/"" for none */
 } memlend_config;
 
 /* A region's counters. Set struct_size = sizeof(memlend_stats) before the

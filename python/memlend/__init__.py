@@ -196,7 +196,7 @@ class Region:
     key     -- the cluster key file for the donors (mode 0600).
     insecure -- talk to donors that run without a key.
     layers  -- named layers over the store, outermost first: "checksum,stats"
-               (known: checksum, crypt, stats), or None.
+               (known: checksum, crypt, pack, pack-zstd, stats), or None.
 
     Raises memlend.Error with the library's message if the region cannot be
     made (bad size or budget, unreachable donor, wrong key, no space).

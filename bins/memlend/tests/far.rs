@@ -49,5 +49,8 @@ fn an_unknown_layer_is_refused_with_the_known_ones() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("\"zram\" is not a layer (known: checksum, crypt, stats)"), "{err}");
+    assert!(
+        err.contains("\"zram\" is not a layer (known: checksum, crypt, pack, pack-zstd, stats)"),
+        "{err}"
+    );
 }

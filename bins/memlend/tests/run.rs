@@ -58,7 +58,10 @@ fn an_unknown_layer_is_refused_before_the_program_starts() {
     let out = memlend_run(&["--local", "16M", "--ssd", ssd, "--layers", "checksum,lz5"], &["true"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("\"lz5\" is not a layer (known: checksum, crypt, stats)"), "{err}");
+    assert!(
+        err.contains("\"lz5\" is not a layer (known: checksum, crypt, pack, pack-zstd, stats)"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -146,7 +146,7 @@ fn an_unknown_layer_is_refused_with_the_known_ones() {
     let d = dir.path().to_str().unwrap();
     let out =
         passes(Link::Shared, &["refuse", "is not a layer", "ssd", d, "65536", "", "checksum,gzip"]);
-    assert!(out.contains("known: checksum, crypt, stats"), "{out}");
+    assert!(out.contains("known: checksum, crypt, pack, pack-zstd, stats"), "{out}");
 }
 
 #[test]

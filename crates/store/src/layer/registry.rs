@@ -124,7 +124,7 @@ fn find(name: &str) -> Option<&'static Named> {
     LAYERS.iter().find(|n| n.name == name)
 }
 
-/// "checksum, crypt, stats" (for errors and `--help`).
+/// "checksum, crypt, pack, pack-zstd, stats" (for errors and `--help`).
 pub fn known() -> String {
     LAYERS.iter().map(|n| n.name).collect::<Vec<_>>().join(", ")
 }
