@@ -228,3 +228,32 @@ fn writers_that_find_no_free_bin_wait_for_one_and_none_fails() {
     }
     assert_eq!(s.map.lock().in_flight, 0);
 }
+
+proptest::proptest! {
+    /// Whatever bytes the store below hands back for a bin (a donor that
+    /// lies, with `--no-encrypt`), a read never panics: each page comes
+    /// back as written, or zeroed with an error, or, where the bytes happen
+    /// to decode to a page, as that page (only a checked store below, such
+    /// as `crypt`, the default for donors, can tell those).
+    #[test]
+    fn any_bytes_below_are_pages_or_errors_never_a_panic(
+        garbage in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..PAGE_SIZE),
+        at in 0usize..PAGE_SIZE,
+    ) {
+        let base = Arc::new(ram(24));
+        let s = Pack::with_chunk(Arc::clone(&base), 16, Codec::Lz4, 8).unwrap();
+        let data: Vec<u8> = (0..8).flat_map(|i| page_of(i * 4)).collect();
+        s.write(&[WriteOp { page: 0, data: &data }]).unwrap();
+        let mut bin = vec![0u8; PAGE_SIZE];
+        let n = garbage.len().min(PAGE_SIZE - at);
+        bin[at..at + n].copy_from_slice(&garbage[..n]);
+        base.write(&[WriteOp { page: u64::from(bin_of(s.map.lock().loc_of[0])), data: &bin }]).unwrap();
+        let mut got = vec![0xAAu8; 8 * PAGE_SIZE];
+        let res = s.read(&mut [ReadOp { page: 0, buf: &mut got }]);
+        for (i, page) in got.chunks(PAGE_SIZE).enumerate() {
+            let whole = page == page_of(i as u64 * 4).as_slice();
+            let zeroed = page.iter().all(|&b| b == 0);
+            proptest::prop_assert!(whole || zeroed || res.is_ok(), "page {} neither", i);
+        }
+    }
+}
