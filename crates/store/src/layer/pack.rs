@@ -30,7 +30,7 @@
 //!
 //! Cost: a compression per page written (lz4 ~6 µs on text here, ~1 µs to
 //! refuse random bytes) and a decompression per page read (~2 µs); 8 bytes
-//! of map a page and 2 a bin. Reads still move a whole bin: a page read
+//! of map a page, 2 a bin, and 4 a bin freed and not yet reused. Reads still move a whole bin: a page read
 //! costs the same bytes on the wire, fewer only for pages read together
 //! that were written together.
 
@@ -126,9 +126,11 @@ struct Map {
     loc_of: Vec<u64>,
     /// Live entries in each bin; a bin with none is free or in quarantine.
     live: Vec<u16>,
-    /// Free bins, the lowest taken first at the start and the most recently
-    /// freed after that (so a donor's or a file's touched pages stay few).
+    /// Bins freed since they were first used, the most recently freed
+    /// taken first; then bins never used, lowest first (`fresh` on). So a
+    /// donor's or a file's touched pages are the most ever in use at once.
     free: Vec<u32>,
+    fresh: u32,
     quarantine: Vec<u32>,
     /// Bins taken by writes not yet settled.
     in_flight: usize,
@@ -152,8 +154,23 @@ impl Map {
         self.free.append(&mut self.quarantine);
     }
 
+    fn free_bins(&self) -> usize {
+        self.free.len() + (self.live.len() - self.fresh as usize)
+    }
+
+    /// `n` free bins; the caller checked `free_bins() >= n`.
+    fn take(&mut self, n: usize) -> Vec<u32> {
+        let reused = self.free.len().min(n);
+        let mut bins = self.free.split_off(self.free.len() - reused);
+        let fresh = (n - reused) as u32;
+        bins.extend(self.fresh..self.fresh + fresh);
+        self.fresh += fresh;
+        bins
+    }
+
+    /// Bins holding data or being written now.
     fn bins_live(&self) -> usize {
-        self.live.len() - self.free.len() - self.quarantine.len()
+        self.fresh as usize - self.free.len() - self.quarantine.len()
     }
 }
 
@@ -190,7 +207,8 @@ impl<S: PageStore> Pack<S> {
         let map = Map {
             loc_of: vec![NONE; pages as usize],
             live: vec![0; bins as usize],
-            free: (0..bins as u32).rev().collect(),
+            free: Vec::new(),
+            fresh: 0,
             quarantine: Vec::new(),
             in_flight: 0,
         };
@@ -271,10 +289,9 @@ impl<S: PageStore> Pack<S> {
         assert!(n <= self.chunk_pages, "a chunk of {n} bins is over {}", self.chunk_pages);
         let mut map = self.map.lock();
         loop {
-            if map.free.len() >= n {
-                let at = map.free.len() - n;
+            if map.free_bins() >= n {
                 map.in_flight += n;
-                return Ok(map.free.split_off(at));
+                return Ok(map.take(n));
             }
             if !map.quarantine.is_empty() {
                 drop(map);
@@ -287,7 +304,7 @@ impl<S: PageStore> Pack<S> {
                 // The slack holds a chunk once every write has settled.
                 return Err(StoreError::NoSpace(format!(
                     "pack: {n} bins wanted, {} free and none in flight (a bug)",
-                    map.free.len()
+                    map.free_bins()
                 )));
             }
             self.settled.wait(&mut map);
@@ -315,12 +332,14 @@ impl<S: PageStore> Pack<S> {
         let pages = c.pages_written.load(Relaxed);
         let bins = c.bins_written.load(Relaxed);
         let ratio = if bins == 0 { 1.0 } else { pages as f64 / bins as f64 };
+        let map = self.map.lock();
         format!(
-            "pack ({:?}): {pages} pages written as {bins} pages below ({ratio:.2}x), {} of them as they were, {} zero; {} pages below hold data now",
+            "pack ({:?}): {pages} pages written as {bins} pages below ({ratio:.2}x), {} of them as they were, {} zero; {} pages below hold data now, {} ever used",
             self.codec,
             c.pages_raw.load(Relaxed),
             c.pages_zero.load(Relaxed),
-            self.map.lock().bins_live()
+            map.bins_live(),
+            map.fresh
         )
     }
 }
