@@ -75,6 +75,17 @@ pub fn pages_for(bins: u64) -> u64 {
 pub const PACKED_BYTES_MAX: usize = 3 * 1024;
 /// While almost every page fails to compress, one page in this many is tried.
 const TRY_ONE_IN: u32 = 8;
+/// Before each packed entry in its bin: its page (u32) and length (u16),
+/// so the cleaner can tell which pages a bin holds.
+const ENTRY_PREFIX: usize = 6;
+/// A packed bin whose live entries take this many bytes or fewer is
+/// repacked by the cleaner (`pack_clean.rs`): half, so that a bin of two
+/// lz4 pages of text (about 2 KiB each) that lost one is repacked.
+const SPARSE_BYTES: usize = PAGE_SIZE / 2;
+/// Sparse bins repacked with each chunk of a write, at most: their live
+/// entries (at most 8 KiB) fit in three bins, so a chunk of
+/// `chunk_pages - CLEAN_BINS_MAX` pages still takes at most `chunk_pages`.
+const CLEAN_BINS_MAX: usize = 4;
 
 /// A page's place: `bin << 32 | offset << 16 | len`; `len == PAGE_SIZE`
 /// is a raw bin. `NONE` reads as zeroes.
@@ -120,12 +131,19 @@ struct Counts {
     bins_written: AtomicU64,
     pages_raw: AtomicU64,
     pages_zero: AtomicU64,
+    pages_moved: AtomicU64,
 }
 
 struct Map {
     loc_of: Vec<u64>,
     /// Live entries in each bin; a bin with none is free or in quarantine.
     live: Vec<u16>,
+    /// Bytes the live entries of a packed bin take, prefixes included.
+    live_bytes: Vec<u16>,
+    /// Packed bins that fell to `SPARSE_BYTES` or fewer, for the cleaner
+    /// (stale ones are skipped when taken); `in_sparse` keeps each once.
+    sparse: Vec<u32>,
+    in_sparse: Vec<bool>,
     /// Bins freed since they were first used, the most recently freed
     /// taken first; then bins never used, lowest first (`fresh` on). So a
     /// donor's or a file's touched pages are the most ever in use at once.
@@ -137,16 +155,34 @@ struct Map {
 }
 
 impl Map {
-    /// `page` now lives at `at`; the bin it leaves empties into quarantine.
+    /// `page` now lives at `at` (whose bin counts it already: `hold`); the
+    /// bin it leaves empties into quarantine, or may become sparse.
     fn place(&mut self, page: u64, at: u64) {
         let old = std::mem::replace(&mut self.loc_of[page as usize], at);
-        if old != NONE {
-            let bin = bin_of(old) as usize;
-            assert!(self.live[bin] > 0, "page {page} left bin {bin}, which had no live entry");
-            self.live[bin] -= 1;
-            if self.live[bin] == 0 {
-                self.quarantine.push(bin as u32);
-            }
+        if old == NONE {
+            return;
+        }
+        let bin = bin_of(old) as usize;
+        let len = span_of(old).1;
+        assert!(self.live[bin] > 0, "page {page} left bin {bin}, which had no live entry");
+        self.live[bin] -= 1;
+        if len < PAGE_SIZE {
+            self.live_bytes[bin] -= (ENTRY_PREFIX + len) as u16;
+        }
+        if self.live[bin] == 0 {
+            self.live_bytes[bin] = 0;
+            self.quarantine.push(bin as u32);
+        } else if usize::from(self.live_bytes[bin]) <= SPARSE_BYTES && !self.in_sparse[bin] {
+            self.in_sparse[bin] = true;
+            self.sparse.push(bin as u32);
+        }
+    }
+
+    /// `bin` holds one more live entry of `len` bytes (`PAGE_SIZE`: raw).
+    fn hold(&mut self, bin: u32, len: usize) {
+        self.live[bin as usize] += 1;
+        if len < PAGE_SIZE {
+            self.live_bytes[bin as usize] += (ENTRY_PREFIX + len) as u16;
         }
     }
 
@@ -194,6 +230,10 @@ impl<S: PageStore> Pack<S> {
     /// The same, writing `chunk_pages` at a time (tests use a small one,
     /// so that bins are reused often).
     fn with_chunk(inner: S, pages: u64, codec: Codec, chunk_pages: usize) -> StoreResult<Self> {
+        assert!(
+            chunk_pages >= 2 * CLEAN_BINS_MAX,
+            "a chunk of {chunk_pages} leaves no room to clean"
+        );
         let bins = pages + slack_bins(pages, chunk_pages);
         let below = inner.info().pages;
         if bins > below {
@@ -207,6 +247,9 @@ impl<S: PageStore> Pack<S> {
         let map = Map {
             loc_of: vec![NONE; pages as usize],
             live: vec![0; bins as usize],
+            live_bytes: vec![0; bins as usize],
+            sparse: Vec::new(),
+            in_sparse: vec![false; bins as usize],
             free: Vec::new(),
             fresh: 0,
             quarantine: Vec::new(),
@@ -248,7 +291,8 @@ impl<S: PageStore> Pack<S> {
             self.refused_recent.fetch_update(Relaxed, Relaxed, |r| Some(r << 1 | refused as u32));
     }
 
-    /// Each page of `ops` as it will go below; packed bytes go into `packed`.
+    /// Each page of `ops` (one op a page) as it will go below; packed
+    /// entries go into `packed`, each after its prefix.
     fn classify<'a>(
         &self,
         ops: &'a [WriteOp<'_>],
@@ -257,7 +301,7 @@ impl<S: PageStore> Pack<S> {
         let mut engine = self.engine()?;
         let mut scratch = vec![0u8; packed_bytes_max()];
         let mut entries = Vec::new();
-        for page in ops.iter().flat_map(|op| op.data.chunks(PAGE_SIZE)) {
+        for (op, page) in ops.iter().map(|op| (op, op.data)) {
             if page.iter().all(|&b| b == 0) {
                 entries.push(Entry::Zero);
                 continue;
@@ -270,7 +314,7 @@ impl<S: PageStore> Pack<S> {
                 Some(len) if len <= PACKED_BYTES_MAX => {
                     self.note_tried(false);
                     entries.push(Entry::Packed { start: packed.len(), len });
-                    packed.extend_from_slice(&scratch[..len]);
+                    push_entry(packed, op.page, &scratch[..len]);
                 }
                 _ => {
                     self.note_tried(true);
@@ -334,10 +378,11 @@ impl<S: PageStore> Pack<S> {
         let ratio = if bins == 0 { 1.0 } else { pages as f64 / bins as f64 };
         let map = self.map.lock();
         format!(
-            "pack ({:?}): {pages} pages written as {bins} pages below ({ratio:.2}x), {} of them as they were, {} zero; {} pages below hold data now, {} ever used",
+            "pack ({:?}): {pages} pages written as {bins} pages below ({ratio:.2}x), {} of them as they were, {} zero, {} moved by the cleaner; {} pages below hold data now, {} ever used",
             self.codec,
             c.pages_raw.load(Relaxed),
             c.pages_zero.load(Relaxed),
+            c.pages_moved.load(Relaxed),
             map.bins_live(),
             map.fresh
         )
@@ -349,29 +394,35 @@ fn corrupt(page: u64, actual: u32) -> StoreError {
     StoreError::Corrupt { page, expected: PAGE_SIZE as u32, actual }
 }
 
-/// Where each entry goes: (index of its bin in the write, offset in it).
+/// Where each entry goes: (index of its bin in the write, offset of its
+/// bytes in it).
 type Places = Vec<(usize, usize)>;
 /// Each bin of a write as (start, end) in its packed bytes.
 type Spans = Vec<(usize, usize)>;
 
-/// The packed entries laid end to end in bins, in order.
-fn lay_out(entries: &[Entry<'_>]) -> (Places, Spans) {
-    let mut place = Vec::with_capacity(entries.len());
+/// Append an entry (its prefix, then its bytes) to `packed`.
+fn push_entry(packed: &mut Vec<u8>, page: u64, bytes: &[u8]) {
+    packed.extend_from_slice(&(page as u32).to_le_bytes());
+    packed.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+    packed.extend_from_slice(bytes);
+}
+
+/// Packed entries, as (start of its prefix in `packed`, bytes' length),
+/// consecutive in `packed`, laid end to end in bins, in order.
+fn lay_out(items: &[(usize, usize)]) -> (Places, Spans) {
+    let mut place = Vec::with_capacity(items.len());
     let mut bins: Vec<(usize, usize)> = Vec::new();
-    for entry in entries {
-        let Entry::Packed { start, len } = *entry else {
-            place.push((usize::MAX, 0));
-            continue;
-        };
+    for &(start, len) in items {
+        let size = ENTRY_PREFIX + len;
         let last = bins.len().wrapping_sub(1);
         match bins.last_mut() {
-            Some((bin_start, end)) if *end + len - *bin_start <= PAGE_SIZE => {
-                place.push((last, start - *bin_start));
-                *end += len;
+            Some((bin_start, end)) if *end + size - *bin_start <= PAGE_SIZE => {
+                place.push((last, start - *bin_start + ENTRY_PREFIX));
+                *end += size;
             }
             _ => {
-                place.push((bins.len(), 0));
-                bins.push((start, start + len));
+                place.push((bins.len(), ENTRY_PREFIX));
+                bins.push((start, start + size));
             }
         }
     }
@@ -474,7 +525,7 @@ impl<S: PageStore> PageStore for Pack<S> {
                 op.data.chunks(PAGE_SIZE).enumerate().map(at)
             })
             .collect();
-        for chunk in pages.chunks(self.chunk_pages) {
+        for chunk in pages.chunks(self.chunk_pages - CLEAN_BINS_MAX) {
             self.write_chunk(chunk)?;
         }
         Ok(())
@@ -496,12 +547,25 @@ impl<S: PageStore> PageStore for Pack<S> {
 }
 
 impl<S: PageStore> Pack<S> {
-    /// One chunk of a write, one op a page: compress, lay out, take bins,
-    /// write them below, then point the map at them.
+    /// One chunk of a write, one op a page: compress, add the live entries
+    /// of a few sparse bins (`clean.rs`), lay out, take bins, write them
+    /// below, then point the map at them.
     fn write_chunk(&self, pages: &[WriteOp<'_>]) -> StoreResult<()> {
         let mut packed = Vec::new();
         let entries = self.classify(pages, &mut packed)?;
-        let (place, packed_bins) = lay_out(&entries);
+        let moved = self.gather_sparse(&mut packed);
+        let items: Vec<(usize, usize)> = entries
+            .iter()
+            .filter_map(|e| {
+                if let Entry::Packed { start, len } = *e {
+                    Some((start, len))
+                } else {
+                    None
+                }
+            })
+            .chain(moved.iter().map(|m| (m.start, m.len)))
+            .collect();
+        let (place, packed_bins) = lay_out(&items);
         let raw = entries.iter().filter(|e| matches!(e, Entry::Raw(_))).count();
         let bins = self.allocate(packed_bins.len() + raw)?;
         // Packed bins padded to a page; raw pages go from the caller's buffer.
@@ -527,29 +591,29 @@ impl<S: PageStore> Pack<S> {
                 return Err(e);
             }
         }
-        self.settle(pages, &entries, &place, packed_at, raw_at);
+        let at = Placed { packed_at, raw_at, place: &place };
+        self.settle(pages, &entries, &moved, at);
         self.release();
         Ok(())
     }
 
-    /// After the bins are down: every page of the write now lives there.
+    /// After the bins are down: every page of the write now lives there,
+    /// and each moved entry too if its page was not written meanwhile.
     fn settle(
         &self,
-        ops: &[WriteOp<'_>],
+        pages: &[WriteOp<'_>],
         entries: &[Entry<'_>],
-        place: &[(usize, usize)],
-        packed_at: &[u32],
-        raw_at: &[u32],
+        moved: &[Moved],
+        at: Placed<'_>,
     ) {
-        let pages =
-            ops.iter().flat_map(|op| (0..(op.data.len() / PAGE_SIZE) as u64).map(|i| op.page + i));
-        let mut raw_next = raw_at.iter();
+        let mut raw_next = at.raw_at.iter();
+        let mut places = at.place.iter();
         let mut map = self.map.lock();
-        map.in_flight -= packed_at.len() + raw_at.len();
+        map.in_flight -= at.packed_at.len() + at.raw_at.len();
         self.settled.notify_all();
         let (mut zero, mut raw) = (0, 0);
-        for ((page, entry), &(bin_index, offset)) in pages.zip(entries).zip(place) {
-            let at = match *entry {
+        for (op, entry) in pages.iter().zip(entries) {
+            let to = match *entry {
                 Entry::Zero => {
                     zero += 1;
                     NONE
@@ -557,23 +621,46 @@ impl<S: PageStore> Pack<S> {
                 Entry::Raw(_) => {
                     raw += 1;
                     let bin = *raw_next.next().expect("a bin for every raw page");
-                    map.live[bin as usize] = 1;
+                    map.hold(bin, PAGE_SIZE);
                     loc(bin, 0, PAGE_SIZE)
                 }
                 Entry::Packed { len, .. } => {
-                    let bin = packed_at[bin_index];
-                    map.live[bin as usize] += 1;
-                    loc(bin, offset, len)
+                    let &(bin_index, offset) = places.next().expect("a place for every entry");
+                    map.hold(at.packed_at[bin_index], len);
+                    loc(at.packed_at[bin_index], offset, len)
                 }
             };
-            map.place(page, at);
+            map.place(op.page, to);
+        }
+        let mut kept = 0;
+        for (m, &(bin_index, offset)) in moved.iter().zip(places) {
+            if map.loc_of[m.page as usize] == m.old {
+                map.hold(at.packed_at[bin_index], m.len);
+                map.place(m.page, loc(at.packed_at[bin_index], offset, m.len));
+                kept += 1;
+            }
+        }
+        // A bin that held only entries rewritten meanwhile holds nothing.
+        for &bin in at.packed_at {
+            if map.live[bin as usize] == 0 {
+                map.quarantine.push(bin);
+            }
         }
         let c = &self.counts;
         c.pages_written.fetch_add(entries.len() as u64, Relaxed);
-        c.bins_written.fetch_add((packed_at.len() + raw_at.len()) as u64, Relaxed);
+        c.bins_written.fetch_add((at.packed_at.len() + at.raw_at.len()) as u64, Relaxed);
         c.pages_raw.fetch_add(raw, Relaxed);
         c.pages_zero.fetch_add(zero, Relaxed);
+        c.pages_moved.fetch_add(kept, Relaxed);
     }
+}
+
+/// Where a chunk's bins went: its packed bins, its raw ones, and each
+/// packed entry's (bin index, offset), new entries first, then moved ones.
+struct Placed<'a> {
+    packed_at: &'a [u32],
+    raw_at: &'a [u32],
+    place: &'a [(usize, usize)],
 }
 
 /// `pack` over `base`: half its pages, compressed with `codec`.
@@ -602,6 +689,10 @@ pub(crate) fn named_zstd(
 ) -> StoreResult<Arc<dyn PageStore>> {
     named_with(base, reports, Codec::Zstd)
 }
+
+#[path = "pack_clean.rs"]
+mod clean;
+use clean::Moved;
 
 #[cfg(test)]
 #[path = "pack_tests.rs"]

@@ -275,3 +275,32 @@ fn rewrites_reuse_freed_bins_so_few_are_ever_used() {
     assert_eq!(map.bins_live(), 64);
     assert!(map.fresh <= 64 + 16, "{} bins ever used for 64 pages rewritten 100 times", map.fresh);
 }
+
+/// Pages of text rewritten one at a time, at random, leave bins part
+/// empty; the cleaner repacks them, so the pages below stay near what the
+/// live bytes need, and every page reads back as last written.
+#[test]
+fn the_cleaner_holds_the_ratio_under_rewrites() {
+    let pages = 512u64;
+    let s = pack(pages, Codec::Lz4);
+    let mut last: Vec<u64> = (0..pages).map(|p| p << 20).collect();
+    let all: Vec<u8> = last.iter().flat_map(|&t| page_of(t * 4)).collect();
+    s.write(&[WriteOp { page: 0, data: &all }]).unwrap();
+    let mut next = xorshift(7);
+    for step in 1..=4000u64 {
+        let page = next() % pages;
+        last[page as usize] = page << 20 | step;
+        s.write(&[WriteOp { page, data: &page_of(last[page as usize] * 4) }]).unwrap();
+    }
+    for page in 0..pages {
+        assert_eq!(read_one(&s, page), page_of(last[page as usize] * 4), "page {page}");
+    }
+    let summary = s.summary();
+    let map = s.map.lock();
+    let live_bytes: usize = map.live_bytes.iter().map(|&b| usize::from(b)).sum();
+    let need = live_bytes.div_ceil(PAGE_SIZE);
+    let held = map.bins_live();
+    println!("{pages} pages: {held} bins hold them, {need} by their bytes; {summary}");
+    assert!(s.counts.pages_moved.load(Relaxed) > 0, "the cleaner moved nothing");
+    assert!(held * 2 <= need * 3, "{held} bins for {need} bins' worth of live bytes");
+}
