@@ -22,17 +22,19 @@
 //!   `bins_for(pages)` bins (an eighth more, at least `CHUNK_PAGES` more)
 //!   always has room for a chunk of a write once the writes in flight
 //!   settle: a write goes down `CHUNK_PAGES` at a time, each chunk taking
-//!   all its bins or waiting for them. No cleaner is needed for
-//!   correctness. Without one, a bin keeps its room until its last entry
-//!   goes: room below is what rewrites leave, never a failed write.
+//!   all its bins or waiting for them. So no cleaner is needed for
+//!   correctness; one (`pack_clean.rs`) repacks bins that fell to half
+//!   full with each chunk, so rewrites do not leave the pages below holding
+//!   a page or two each.
 //! - Reuse is safe against reads in flight exactly as in `append`: a bin
 //!   that empties waits in `quarantine` until no read holds the `gate`.
 //!
 //! Cost: a compression per page written (lz4 ~6 µs on text here, ~1 µs to
 //! refuse random bytes) and a decompression per page read (~2 µs); 8 bytes
-//! of map a page, 2 a bin, and 4 a bin freed and not yet reused. Reads still move a whole bin: a page read
-//! costs the same bytes on the wire, fewer only for pages read together
-//! that were written together.
+//! of map a page, 5 a bin, and 4 a bin freed and not yet reused; 6 bytes
+//! in the bin before each entry (its page and length, for the cleaner).
+//! Reads still move a whole bin: a page read costs the same bytes on the
+//! wire, fewer only for pages read together that were written together.
 
 use crate::codec::{packed_bytes_max, Codec, Engine};
 use crate::{check_range, check_run, PageStore, ReadOp, StoreError, StoreInfo, StoreResult};
