@@ -145,6 +145,13 @@ impl Eviction {
         self.writer.free_half().expect("a job just finished")
     }
 
+    /// Wait for every write-back in flight and settle it (before a fork).
+    pub(crate) fn settle_all(&mut self, core: &mut Core) {
+        while let Some(done) = self.writer.wait() {
+            self.settle(core, done);
+        }
+    }
+
     /// Settle every write-back that has finished, without waiting.
     pub(crate) fn settle_done(&mut self, core: &mut Core) {
         while let Some(done) = self.writer.try_done() {

@@ -45,6 +45,8 @@ pub(crate) struct Handler {
     pub follow: crate::cpu::Follow,
     /// Running average of the idle time before a message came.
     pub recent_gap: Duration,
+    /// Held still across a fork (`pause.rs`).
+    pub pause: std::sync::Arc<crate::pause::Pause>,
 }
 
 impl Handler {
@@ -71,6 +73,9 @@ impl Handler {
         loop {
             if self.core.counters.fail_requested.load(Relaxed) {
                 panic!("handler failure forced through Region::fail_handler_for_tests");
+            }
+            if self.pause.asked() {
+                self.park_for_fork();
             }
             self.eviction.settle_done(&mut self.core);
             self.ahead.poll_fetch(&mut self.core, &mut self.eviction);
@@ -221,6 +226,23 @@ impl Handler {
         let mut deferred = std::mem::take(&mut self.deferred);
         deferred.retain(|&fault| self.fault(fault) == Step::Again);
         self.deferred = deferred;
+    }
+
+    /// A fork is coming: finish every write-back and fetch, so that each
+    /// page is either mapped or wholly in the store, list the pages in the
+    /// store, and wait until the owner has forked.
+    fn park_for_fork(&mut self) {
+        self.ahead.finish_all_fetches(&mut self.core, &mut self.eviction);
+        self.eviction.settle_all(&mut self.core);
+        let pages = self.core.pages;
+        let mut in_store = vec![0u64; (pages as usize).div_ceil(64)];
+        for page in 0..pages {
+            if self.core.table.get(page) == crate::state::PageState::InStore {
+                in_store[page as usize / 64] |= 1 << (page % 64);
+            }
+        }
+        Counters::add(&self.core.counters.forks, 1);
+        self.pause.park(in_store);
     }
 
     /// Take a budget set by `Region::set_budget_pages`. Going down, the

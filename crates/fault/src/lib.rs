@@ -15,6 +15,8 @@
 //! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.
 
 mod batch;
+mod child;
+mod child_link;
 mod cpu;
 mod discards;
 mod doorbell;
@@ -29,6 +31,7 @@ mod intent;
 mod latency;
 mod mem;
 mod moveout;
+mod pause;
 #[cfg(test)]
 mod policy_tests;
 mod prefetch;
@@ -46,9 +49,11 @@ mod write_failures;
 mod writeback;
 mod zpool;
 
+pub use child::{serve_child, ChildRegion, ChildSource, Discarded};
+pub use child_link::{serve_link, LinkSource, LINK_PAGES_MAX};
 pub use error::{FaultError, Result};
 pub use memlend_store::codec::{Codec, ZSTD_LEVEL};
-pub use region::{Region, RegionConfig, Tuning, BUDGET_FLOOR_PAGES};
+pub use region::{Paused, Region, RegionConfig, Tuning, BUDGET_FLOOR_PAGES};
 pub use state::{PageState, PageTable, Policy, METADATA_BYTES_PER_PAGE};
 pub use stats::{DetailedStats, HandlerStats, RegionStats};
 pub use uffd::check_access;

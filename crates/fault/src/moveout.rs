@@ -14,6 +14,7 @@ use crate::mem::mapped_pages;
 use crate::shared::Core;
 use crate::uffd::retry_eagain;
 use memlend_store::PAGE_SIZE;
+use std::sync::atomic::Ordering::SeqCst;
 
 impl Eviction {
     /// Move each victim into the next staging slot from `first_slot`.
@@ -68,6 +69,17 @@ impl Eviction {
                 core.table.emptied(page);
                 false
             }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && make_exclusive(core, page) => {
+                match retry_eagain(|| core.staging_uffd.move_pages(dst, src, PAGE_SIZE)) {
+                    Ok(()) => true,
+                    Err(_) if really_moved(dst, src, 1, 0) == 1 => true,
+                    Err(e) => {
+                        tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
+                        core.table.requeue(page);
+                        false
+                    }
+                }
+            }
             Err(e) => {
                 tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
                 core.table.requeue(page);
@@ -75,6 +87,39 @@ impl Eviction {
             }
         }
     }
+}
+
+/// A page UFFDIO_MOVE refuses (EBUSY) because a fork shared it (it is
+/// not anon-exclusive, even once the child is gone): write to it, so the
+/// kernel gives this process a page of its own (or takes the shared one
+/// back, if no one else maps it), and it can move. A `Clean` page is
+/// unprotected first and counted `Dirty` from then on, since a write the
+/// program makes after the unprotect is not seen. Whether it was done.
+fn make_exclusive(core: &mut Core, page: u32) -> bool {
+    let addr = core.base + page as usize * PAGE_SIZE;
+    let mut present = Vec::new();
+    // The write below must not fault: this thread serves the region's
+    // faults. A page mapped now stays mapped while the handler reads no
+    // events (a zap waits for its REMOVE or UNMAP to be read); the shim
+    // turns MADV_FREE on far memory into a discard, so no page is reclaimed
+    // without an event.
+    if mapped_pages(addr, 1, &mut present).is_err() || !present[0] {
+        return false;
+    }
+    if core.table.get(page) == crate::state::PageState::Clean {
+        if let Err(e) = core.uffd.unprotect(addr, PAGE_SIZE) {
+            tracing::warn!("fault handler: unprotecting shared page {page}: {e}");
+            return false;
+        }
+        core.table.dirtied(page);
+    }
+    // SAFETY: the page is mapped read-write in this process (checked just
+    // above, and no event that could unmap it is read meanwhile); an atomic
+    // add of zero leaves its byte as it is even against the program's own
+    // writes, which land either before or after it.
+    unsafe { (*(addr as *const std::sync::atomic::AtomicU8)).fetch_add(0, SeqCst) };
+    crate::stats::Counters::add(&core.counters.pages_unshared, 1);
+    true
 }
 
 /// After a move of `run` pages from `src` to `dst` failed, how many of the

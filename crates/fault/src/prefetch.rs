@@ -167,6 +167,13 @@ impl Ahead {
         }
     }
 
+    /// Wait for every window in flight and map it (before a fork).
+    pub(crate) fn finish_all_fetches(&mut self, core: &mut Core, eviction: &mut Eviction) {
+        while let Some(fetch) = self.fetcher.wait() {
+            self.fetched(core, eviction, fetch);
+        }
+    }
+
     /// The events in `msgs` were just read, so the threads behind them go
     /// on: a REMOVE's madvise zaps its range as soon as we have read it. A
     /// window in flight mapped after that could bring a zapped page back

@@ -180,6 +180,7 @@ pub struct Region {
     reserve_pages: usize,
     bell: Arc<Doorbell>,
     map: Mapping,
+    pause: Arc<crate::pause::Pause>,
 }
 
 // The owner shares a region between threads (as the preload shim does):
@@ -302,6 +303,7 @@ impl Region {
             zpool,
             trace,
         };
+        let pause = Arc::new(crate::pause::Pause::default());
         let handler = Handler {
             core,
             eviction,
@@ -312,6 +314,7 @@ impl Region {
             spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
             follow: crate::cpu::Follow::new(tuning.follow_faulter),
             recent_gap: std::time::Duration::ZERO,
+            pause: Arc::clone(&pause),
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()
@@ -326,6 +329,7 @@ impl Region {
             reserve_pages,
             bell,
             map,
+            pause,
         })
     }
 
@@ -393,6 +397,21 @@ impl Region {
             .budget_target_pages
             .store(budget_pages as u64, std::sync::atomic::Ordering::Relaxed);
         self.bell.ring();
+    }
+
+    /// Hold the handler still for a fork: when this returns, every write-back
+    /// and fetch has finished, nothing moves in or out of the region until
+    /// the returned guard is dropped, and the guard lists the pages whose
+    /// bytes only the store holds (the others are mapped, or read as zero).
+    /// Faults meanwhile wait. Fails if the handler is gone.
+    pub fn pause(&self) -> Result<Paused<'_>> {
+        self.pause.ask();
+        self.bell.ring();
+        let alive = || self.thread.as_ref().is_some_and(|t| !t.is_finished());
+        match self.pause.wait_parked(alive) {
+            Some(in_store) => Ok(Paused { region: self, in_store }),
+            None => Err(FaultError::Config("the fault handler is not running".into())),
+        }
     }
 
     /// Make the handler fail as if it had panicked, at its next turn (the
@@ -470,4 +489,30 @@ fn check_config(config: &RegionConfig, store_pages: u64) -> Result<u32> {
         return bad(format!("store has {store_pages} pages, region {pages}"));
     }
     Ok(pages)
+}
+
+/// The handler held still (`Region::pause`) until this is dropped.
+pub struct Paused<'a> {
+    region: &'a Region,
+    /// One bit a page: set if the store alone holds its bytes.
+    in_store: Vec<u64>,
+}
+
+impl Paused<'_> {
+    /// Whether page `page`'s bytes were only in the store when the handler
+    /// parked.
+    pub fn in_store(&self, page: u64) -> bool {
+        self.in_store.get((page / 64) as usize).is_some_and(|w| w & (1 << (page % 64)) != 0)
+    }
+
+    /// The pages in the store, one bit a page (bit `p % 64` of word `p / 64`).
+    pub fn in_store_bits(&self) -> &[u64] {
+        &self.in_store
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.region.pause.end();
+    }
 }

@@ -27,6 +27,8 @@ pub(crate) struct Counters {
     pub prefetch_wasted: AtomicU64,
     pub eviction_batches_ahead: AtomicU64,
     pub evictions_on_fault: AtomicU64,
+    pub pages_unshared: AtomicU64,
+    pub forks: AtomicU64,
     pub pages_zeroed_ahead: AtomicU64,
     pub from_staging: AtomicU64,
     pub waited_on_fetch: AtomicU64,
@@ -158,6 +160,11 @@ pub struct HandlerStats {
     pub eviction_batches_ahead: u64,
     /// Eviction batches a fault waited for: no free page when it was read.
     pub evictions_on_fault: u64,
+    /// Pages a fork had shared with a child, written to so that they could
+    /// move out (`moveout.rs`).
+    pub pages_unshared: u64,
+    /// Times the handler parked for a fork (`Region::pause`).
+    pub forks: u64,
     /// Untouched pages zero-filled along a trend, ahead of their fault.
     pub pages_zeroed_ahead: u64,
     /// Faults on pages whose write-back was still in flight, served from
@@ -301,6 +308,8 @@ impl Counters {
             prefetch_wasted: self.prefetch_wasted.load(Relaxed),
             eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
             evictions_on_fault: self.evictions_on_fault.load(Relaxed),
+            pages_unshared: self.pages_unshared.load(Relaxed),
+            forks: self.forks.load(Relaxed),
             pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
             faults_from_staging: self.from_staging.load(Relaxed),
             faults_waited_on_fetch: self.waited_on_fetch.load(Relaxed),

@@ -167,6 +167,11 @@ const REGION_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
 /// events, since the handler itself drops staged pages with MADV_DONTNEED,
 /// and it would wait for ever on an event only it can read.
 const STAGING_FEATURES: u64 = FEATURE_MOVE;
+/// A forked child's descriptor (`child.rs`): WP faults, to know the pages
+/// it wrote, and POISON for pages its parent cannot give. No events: the
+/// child's own madvise and munmap must not wait on its handler, which
+/// drops pages with MADV_DONTNEED itself.
+const CHILD_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP | FEATURE_POISON;
 
 impl Uffd {
     /// The descriptor a region is registered with.
@@ -177,6 +182,11 @@ impl Uffd {
     /// The descriptor the staging mapping is registered with.
     pub fn open_staging() -> io::Result<Uffd> {
         Uffd::open(STAGING_FEATURES)
+    }
+
+    /// The descriptor a forked child registers the region with.
+    pub fn open_child() -> io::Result<Uffd> {
+        Uffd::open(CHILD_FEATURES)
     }
 
     fn open(features: u64) -> io::Result<Uffd> {

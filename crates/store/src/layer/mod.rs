@@ -10,7 +10,7 @@
 //! `on_demand` opens its store on the first write, `watermark` calls a
 //! hook when writes first reach a page, `append` writes scattered pages to
 //! whole free chunks below (large writes for a disk), `pack`
-//! compresses pages several to a page below (fewer bytes written), `lost` stands in for a store whose pages are gone, `local_tags` keeps
+//! compresses pages several to a page below (fewer bytes written), `lost` stands in for a store whose pages are gone, `snapshot` keeps the bytes pages held at a moment for a forked child, `local_tags` keeps
 //! a sidecar per page for a store that has none (for `crypt`). The inner
 //! store never knows it is wrapped. A layer's `StoreInfo::name` wraps the
 //! inner name, so a stack reads as it is built: `checksum(stats(ram))`.
@@ -35,6 +35,7 @@ pub mod relocate;
 #[cfg(test)]
 mod remap_tests;
 pub mod report;
+pub mod snapshot;
 pub mod stats;
 pub mod stripe;
 mod table;

@@ -1,0 +1,245 @@
+//! A forked child's far pages (`serve_child`).
+//!
+//! A child gets the parent's address space as it was at the fork: the pages
+//! then mapped are shared with the parent (copied on write by the kernel),
+//! and the rest of the region is missing. The parent's handler does not
+//! come with the child (threads do not survive fork, and the parent's
+//! userfaultfd registration is not inherited), so this is the child's own:
+//! a thread with a userfaultfd of its own that serves each missing page
+//! either as zeroes (the page was empty at the fork, or the child threw it
+//! away since) or with the bytes the store held at the fork, which the
+//! child reads through its parent (`ChildSource`).
+//!
+//! Memory: the pages it brings in are mapped write-protected; one the child
+//! has not written may be dropped again (MADV_DONTNEED, which this
+//! descriptor asks no event for) and read again later. So a child that
+//! reads everything (redis's BGSAVE) holds at most `budget_pages` of the
+//! pages it read, plus those it wrote.
+//!
+//! Failure: a page the parent cannot give is poisoned, and the touching
+//! thread gets SIGBUS: the child dies, it does not hang or read wrong bytes.
+
+use crate::uffd::{Msg, Uffd};
+use memlend_store::PAGE_SIZE;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Where a child reads its far pages: its parent, as the store held them at
+/// the fork.
+pub trait ChildSource: Send {
+    /// Fill `out` (one page each, in order) with `pages`.
+    fn read(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()>;
+}
+
+/// Pages a forked child threw away (MADV_DONTNEED, free): they read as
+/// zero from then on, whatever the store held. One bit a page, set by the
+/// thread that discards before it does.
+pub struct Discarded {
+    bits: Vec<AtomicU64>,
+}
+
+impl Discarded {
+    pub fn new(pages: u32) -> Discarded {
+        Discarded { bits: (0..(pages as usize).div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    pub fn set_range(&self, first: u32, count: u32) {
+        for page in first..first.saturating_add(count) {
+            if let Some(word) = self.bits.get(page as usize / 64) {
+                word.fetch_or(1 << (page % 64), Relaxed);
+            }
+        }
+    }
+
+    fn has(&self, page: u32) -> bool {
+        self.bits.get(page as usize / 64).is_some_and(|w| w.load(Relaxed) & (1 << (page % 64)) != 0)
+    }
+}
+
+/// What the child's handler starts from.
+pub struct ChildRegion {
+    pub base: usize,
+    pub pages: u32,
+    /// The pages whose bytes only the store held at the fork (one bit a
+    /// page, as `Paused::in_store_bits`).
+    pub in_store: Vec<u64>,
+    /// Pages read in and not written that the child keeps mapped at most.
+    pub budget_pages: usize,
+    pub discarded: Arc<Discarded>,
+}
+
+/// Pages read from the parent in one request at most: the missing faults
+/// of one read of the descriptor.
+const BATCH_PAGES_MAX: usize = crate::child_link::LINK_PAGES_MAX;
+
+/// In the forked child, before anything touches the region: register it
+/// with a userfaultfd of the child's own and start the thread that serves
+/// it. The thread lives as long as the process.
+pub fn serve_child(region: ChildRegion, source: Box<dyn ChildSource>) -> io::Result<()> {
+    let uffd = Uffd::open_child()?;
+    uffd.register(region.base, region.pages as usize * PAGE_SIZE, true)?;
+    let server = ChildServer {
+        uffd,
+        region,
+        source,
+        written: vec![false; 0],
+        kept: VecDeque::new(),
+        buf: vec![0; BATCH_PAGES_MAX * PAGE_SIZE],
+    };
+    std::thread::Builder::new().name("memlend-child".into()).spawn(move || server.run())?;
+    Ok(())
+}
+
+struct ChildServer {
+    uffd: Uffd,
+    region: ChildRegion,
+    source: Box<dyn ChildSource>,
+    /// Pages the child wrote after reading them in: never dropped.
+    written: Vec<bool>,
+    /// Pages read in, oldest first (some may since be written).
+    kept: VecDeque<u32>,
+    buf: Vec<u8>,
+}
+
+impl ChildServer {
+    fn run(mut self) {
+        self.written = vec![false; self.region.pages as usize];
+        let mut msgs = [Msg::default(); 16];
+        loop {
+            if let Err(e) = wait_readable(&self.uffd) {
+                tracing::error!("forked child's fault handler: poll: {e}");
+                return;
+            }
+            let n = match self.uffd.read_msgs(&mut msgs) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::error!("forked child's fault handler: read: {e}");
+                    return;
+                }
+            };
+            self.serve(&msgs[..n]);
+        }
+    }
+
+    fn serve(&mut self, msgs: &[Msg]) {
+        let mut wanted = Vec::with_capacity(BATCH_PAGES_MAX);
+        for msg in msgs {
+            let Msg::Fault(fault) = *msg else { continue };
+            let Some(page) = self.page_of(fault.addr) else { continue };
+            let addr = self.addr(page);
+            if fault.wp {
+                self.written[page as usize] = true;
+                // A page dropped since is missing now: the woken writer
+                // faults again and reads it in.
+                if let Err(e) = self.uffd.unprotect(addr, PAGE_SIZE) {
+                    report(page, "unprotect", Err(e));
+                    report(page, "wake", self.uffd.wake(addr, PAGE_SIZE));
+                }
+            } else if self.reads_store(page) {
+                if !wanted.contains(&page) {
+                    wanted.push(page);
+                }
+            } else {
+                report(
+                    page,
+                    "zero-fill",
+                    resolve(&self.uffd, addr, || self.uffd.zeropage(addr, PAGE_SIZE)),
+                );
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        let bytes = &mut self.buf[..wanted.len() * PAGE_SIZE];
+        if let Err(e) = self.source.read(&wanted, bytes) {
+            tracing::error!(
+                "forked child: reading {} far pages from the parent: {e}",
+                wanted.len()
+            );
+            for &page in &wanted {
+                let addr = self.addr(page);
+                report(
+                    page,
+                    "poison",
+                    resolve(&self.uffd, addr, || self.uffd.poison(addr, PAGE_SIZE)),
+                );
+            }
+            return;
+        }
+        for (i, &page) in wanted.iter().enumerate() {
+            let addr = self.addr(page);
+            let src = &self.buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+            report(page, "copy", resolve(&self.uffd, addr, || self.uffd.copy(addr, src, true)));
+            self.kept.push_back(page);
+        }
+        self.drop_over_budget();
+    }
+
+    /// Read from the store (through the parent) rather than zero-filled.
+    fn reads_store(&self, page: u32) -> bool {
+        let in_store = self.region.in_store.get(page as usize / 64);
+        in_store.is_some_and(|w| w & (1 << (page % 64)) != 0) && !self.region.discarded.has(page)
+    }
+
+    /// Drop the oldest pages read in and not written while more than the
+    /// budget are kept. A write racing the drop waits on this thread (its
+    /// WP fault), finds the page gone, and reads it in again.
+    fn drop_over_budget(&mut self) {
+        // Bounded: each turn pops one entry.
+        while self.kept.len() > self.region.budget_pages {
+            let Some(page) = self.kept.pop_front() else { break };
+            if self.written[page as usize] {
+                continue;
+            }
+            let addr = self.addr(page);
+            // The raw syscall: the shim's `madvise` would count this as the
+            // program's own discard. This descriptor asks no REMOVE events.
+            // SAFETY: drops one page of the region, which this thread serves.
+            let rc =
+                unsafe { libc::syscall(libc::SYS_madvise, addr, PAGE_SIZE, libc::MADV_DONTNEED) };
+            if rc != 0 {
+                tracing::warn!(
+                    "forked child: dropping page {page}: {}",
+                    io::Error::last_os_error()
+                );
+            }
+        }
+    }
+
+    fn page_of(&self, addr: usize) -> Option<u32> {
+        let page = addr.wrapping_sub(self.region.base) / PAGE_SIZE;
+        (page < self.region.pages as usize).then_some(page as u32)
+    }
+
+    fn addr(&self, page: u32) -> usize {
+        self.region.base + page as usize * PAGE_SIZE
+    }
+}
+
+fn resolve(uffd: &Uffd, addr: usize, call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
+    crate::uffd::resolve(uffd, addr, call)
+}
+
+fn report(page: u32, what: &str, result: io::Result<()>) {
+    if let Err(e) = result {
+        tracing::error!("forked child: {what} of far page {page} failed: {e}");
+    }
+}
+
+fn wait_readable(uffd: &Uffd) -> io::Result<()> {
+    let mut fd = libc::pollfd { fd: uffd.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    loop {
+        // SAFETY: one valid pollfd, and we pass a count of one.
+        let rc = unsafe { libc::poll(&mut fd, 1, -1) };
+        if rc >= 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Holding the handler still while the process forks (`Region::pause`).
+//!
+//! A forked child sees the region as it was at the fork: the pages then
+//! mapped are shared with it, and the others it reads through its parent
+//! from the store. For that to be one moment, nothing may move in or out of
+//! the region across the fork, and every page not mapped must be wholly in
+//! the store. So the handler, asked to pause, first lets every write-back
+//! and fetch in flight finish (their pages then are in the store, or mapped),
+//! then lists the pages the store holds (`InStore`), and parks until the
+//! pause ends. Faults that come meanwhile wait, as they would for any slow
+//! store read.
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How long `Region::pause` waits for the handler to park before it looks
+/// whether the handler thread is still there.
+const PARK_LOOK_MS: u64 = 10;
+
+#[derive(Default)]
+enum Phase {
+    #[default]
+    Running,
+    /// Asked to pause; the handler has not parked yet.
+    Asked,
+    /// Parked; the pages the store held, one bit a page.
+    Parked(Vec<u64>),
+    /// The owner took the list; the handler stays parked.
+    Held,
+}
+
+#[derive(Default)]
+pub(crate) struct Pause {
+    phase: Mutex<Phase>,
+    changed: Condvar,
+}
+
+impl Pause {
+    fn lock(&self) -> MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The owner: ask the handler to park. The bell must be rung after.
+    pub(crate) fn ask(&self) {
+        *self.lock() = Phase::Asked;
+    }
+
+    /// The handler: is a pause asked for?
+    pub(crate) fn asked(&self) -> bool {
+        matches!(*self.lock(), Phase::Asked)
+    }
+
+    /// The handler: park with `in_store` until the owner ends the pause.
+    pub(crate) fn park(&self, in_store: Vec<u64>) {
+        let mut phase = self.lock();
+        *phase = Phase::Parked(in_store);
+        self.changed.notify_all();
+        while !matches!(*phase, Phase::Running) {
+            phase = self.changed.wait(phase).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The owner: wait until the handler parks, and take its list. None if
+    /// `alive` says the handler thread is gone (it would never park).
+    pub(crate) fn wait_parked(&self, alive: impl Fn() -> bool) -> Option<Vec<u64>> {
+        let mut phase = self.lock();
+        loop {
+            if let Phase::Parked(_) = *phase {
+                let Phase::Parked(bits) = std::mem::replace(&mut *phase, Phase::Held) else {
+                    unreachable!("matched just above")
+                };
+                return Some(bits);
+            }
+            if !alive() {
+                *phase = Phase::Running;
+                return None;
+            }
+            let look = Duration::from_millis(PARK_LOOK_MS);
+            phase = self.changed.wait_timeout(phase, look).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// The owner: let the handler go on.
+    pub(crate) fn end(&self) {
+        *self.lock() = Phase::Running;
+        self.changed.notify_all();
+    }
+}

@@ -1,0 +1,150 @@
+//! fork of a process that owns a region: the child reads every page as it
+//! was at the fork (the shared ones from the kernel, the far ones through
+//! its parent from a snapshot of the store) while the parent rewrites them
+//! all; the parent's eviction copes with pages the fork shared.
+
+use memlend_fault::{serve_child, serve_link, ChildRegion, Discarded, LinkSource};
+use memlend_fault::{Region, RegionConfig};
+use memlend_store::layer::snapshot::{Owed, Snapshots};
+use memlend_store::ram::{RamOptions, RamStore};
+use memlend_store::PAGE_SIZE;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+const PAGES: usize = 512;
+const BUDGET_PAGES: usize = 64;
+const CHILD_BUDGET_PAGES: usize = 16;
+const WORDS_PER_PAGE: usize = PAGE_SIZE / 8;
+
+fn pattern(page: usize, word: usize, seed: u64) -> u64 {
+    (page as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (word as u64) << 40 ^ seed | 1
+}
+
+fn word(base: usize, page: usize, w: usize) -> *mut u64 {
+    (base + page * PAGE_SIZE + w * 8) as *mut u64
+}
+
+fn fill(base: usize, pages: std::ops::Range<usize>, seed: u64) {
+    for page in pages {
+        for w in 0..WORDS_PER_PAGE {
+            // SAFETY: an aligned word of the live region, one writer.
+            unsafe { word(base, page, w).write_volatile(pattern(page, w, seed)) };
+        }
+    }
+}
+
+/// The first page (and word) that does not hold `seed`'s pattern.
+fn first_wrong(base: usize, pages: std::ops::Range<usize>, seed: u64) -> Option<(usize, usize)> {
+    for page in pages {
+        for w in 0..WORDS_PER_PAGE {
+            // SAFETY: as in `fill`.
+            if unsafe { word(base, page, w).read_volatile() } != pattern(page, w, seed) {
+                return Some((page, w));
+            }
+        }
+    }
+    None
+}
+
+/// In the child: its own handler, then every page checked. The exit code
+/// says what was wrong (0: nothing).
+fn child(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
+    let discarded = Arc::new(Discarded::new(PAGES as u32));
+    let region = ChildRegion {
+        base,
+        pages: PAGES as u32,
+        in_store,
+        budget_pages: CHILD_BUDGET_PAGES,
+        discarded: Arc::clone(&discarded),
+    };
+    if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
+        return 2;
+    }
+    // Written pages are kept; the rest of what is read in is dropped again.
+    fill(base, 0..8, 3);
+    if first_wrong(base, 8..PAGES, 1).is_some() {
+        return 3;
+    }
+    if first_wrong(base, 0..8, 3).is_some() {
+        return 4;
+    }
+    // A page the child discards reads zero, not its store bytes.
+    discarded.set_range(300, 1);
+    // SAFETY: drops one page of the region in this process.
+    unsafe { libc::madvise(word(base, 300, 0).cast(), PAGE_SIZE, libc::MADV_DONTNEED) };
+    // SAFETY: as in `fill`.
+    if unsafe { word(base, 300, 5).read_volatile() } != 0 {
+        return 5;
+    }
+    if first_wrong(base, 301..PAGES, 1).is_some() {
+        return 6;
+    }
+    0
+}
+
+#[test]
+fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
+    if let Err(why) = memlend_fault::check_access() {
+        memlend_testskip::skip(&format!("userfaultfd: {why}"));
+        return;
+    }
+    let store =
+        Arc::new(Snapshots::new(RamStore::new(PAGES as u64, RamOptions::default()).unwrap()));
+    let config = RegionConfig {
+        size_bytes: PAGES * PAGE_SIZE,
+        budget_pages: BUDGET_PAGES,
+        evict_batch_pages: 8,
+    };
+    let region = Region::new(config, store.clone()).unwrap();
+    let base = region.as_ptr() as usize;
+    fill(base, 0..PAGES, 1);
+
+    let paused = region.pause().unwrap();
+    let in_store = paused.in_store_bits().to_vec();
+    let mut owed = Owed::new(PAGES as u64);
+    (0..PAGES as u64).filter(|&p| paused.in_store(p)).for_each(|p| owed.set(p));
+    let owed_pages = owed.count();
+    assert!(owed_pages >= (PAGES - BUDGET_PAGES) as u64, "{owed_pages} pages in the store");
+    let snapshot = store.take(owed).unwrap();
+    let (parent_end, child_end) = UnixStream::pair().unwrap();
+    // SAFETY: the child runs only `child` (its own thread, the region's
+    // pages) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        drop(parent_end);
+        let code = std::panic::catch_unwind(move || child(base, in_store, child_end)).unwrap_or(9);
+        // SAFETY: leaves the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(code) };
+    }
+    drop(child_end);
+    drop(paused);
+    let server = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            serve_link(parent_end, |page, buf| {
+                store.read_snapshot(snapshot, u64::from(page), buf).map_err(std::io::Error::other)
+            })
+        })
+    };
+    // Every page rewritten, shared ones and far ones, twice over the budget.
+    fill(base, 0..PAGES, 2);
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "the child found a wrong page");
+    let sent = server.join().unwrap().unwrap();
+    assert!(sent >= owed_pages, "{sent} pages sent for {owed_pages} owed");
+    assert!(store.stats().kept_pages > 0, "the parent's writes kept old bytes");
+    store.release(snapshot);
+
+    assert_eq!(first_wrong(base, 0..PAGES, 2), None, "the parent's own pages");
+    fill(base, 0..PAGES, 4);
+    assert_eq!(first_wrong(base, 0..PAGES, 4), None);
+    let h = region.handler_stats();
+    assert_eq!(h.forks, 1);
+    assert!(h.pages_unshared > 0, "no shared page had to be unshared to move out");
+    let resident = region.stats().pages_resident as usize;
+    assert!(resident <= BUDGET_PAGES, "{resident} pages resident, budget {BUDGET_PAGES}");
+}

@@ -1,0 +1,236 @@
+//! `snapshot`: the bytes that pages held at a moment, kept for as long as
+//! someone still reads them (a forked child reading its parent's far pages
+//! as they were at the fork).
+//!
+//! A snapshot names the pages it owes (the far pages at the fork; the pages
+//! then resident went with the child's copy of the address space). Reads
+//! through `read_snapshot` return what an owed page held when the snapshot
+//! was taken. To keep that true, the first write or discard of an owed page
+//! after the snapshot reads the old bytes and keeps them here first, as the
+//! kernel copies a page on write. So the memory this layer holds is bounded
+//! by the owed pages written while the snapshot lives, never by reads.
+//!
+//! Ordering: a writer keeps a page's old bytes before its write starts, and
+//! a snapshot read that went to the store looks for kept bytes after its
+//! store read ended. A read that raced a write therefore either saw the old
+//! bytes in the store or finds them kept. Writes of one page are not run
+//! concurrently by this layer's callers (the fault handler writes a page
+//! from one place at a time).
+//!
+//! With no snapshot live, a write costs one relaxed load.
+
+use crate::{PageStore, ReadOp, StoreError, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// Snapshots live at once: one a forked child that has not exited.
+pub const SNAPSHOTS_MAX: usize = 16;
+
+/// Old pages read from the store in one call before a write or discard.
+const KEEP_BATCH_PAGES: usize = 64;
+
+/// Which pages a snapshot owes, one bit a page.
+#[derive(Clone, Debug, Default)]
+pub struct Owed {
+    bits: Vec<u64>,
+}
+
+impl Owed {
+    pub fn new(pages: u64) -> Owed {
+        Owed { bits: vec![0; pages.div_ceil(64) as usize] }
+    }
+
+    pub fn set(&mut self, page: u64) {
+        self.bits[(page / 64) as usize] |= 1 << (page % 64);
+    }
+
+    pub fn has(&self, page: u64) -> bool {
+        self.bits.get((page / 64) as usize).is_some_and(|w| w & (1 << (page % 64)) != 0)
+    }
+
+    pub fn count(&self) -> u64 {
+        self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+}
+
+struct Snap {
+    id: u64,
+    owed: Owed,
+    /// Old bytes of owed pages written or discarded since.
+    kept: HashMap<u64, Box<[u8]>>,
+}
+
+#[derive(Default)]
+struct State {
+    live: Vec<Snap>,
+    next_id: u64,
+}
+
+pub struct Snapshots<S> {
+    inner: S,
+    /// `state.live.len()`, read without the lock on every write.
+    live: AtomicUsize,
+    state: Mutex<State>,
+}
+
+/// What the snapshots hold, for reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    pub live: usize,
+    pub owed_pages: u64,
+    pub kept_pages: u64,
+}
+
+impl<S: PageStore> Snapshots<S> {
+    pub fn new(inner: S) -> Snapshots<S> {
+        Snapshots { inner, live: AtomicUsize::new(0), state: Mutex::new(State::default()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Start owing `owed` as the store holds them now. The caller makes sure
+    /// no write of an owed page is in flight (the fault handler is paused).
+    pub fn take(&self, owed: Owed) -> StoreResult<u64> {
+        let mut state = self.lock();
+        if state.live.len() >= SNAPSHOTS_MAX {
+            return Err(StoreError::NoSpace(format!(
+                "{SNAPSHOTS_MAX} snapshots are live (forked children that have not exited)"
+            )));
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        state.live.push(Snap { id, owed, kept: HashMap::new() });
+        self.live.store(state.live.len(), Ordering::SeqCst);
+        Ok(id)
+    }
+
+    /// Forget a snapshot and the bytes kept for it.
+    pub fn release(&self, id: u64) {
+        let mut state = self.lock();
+        state.live.retain(|s| s.id != id);
+        self.live.store(state.live.len(), Ordering::SeqCst);
+    }
+
+    pub fn stats(&self) -> SnapshotStats {
+        let state = self.lock();
+        SnapshotStats {
+            live: state.live.len(),
+            owed_pages: state.live.iter().map(|s| s.owed.count()).sum(),
+            kept_pages: state.live.iter().map(|s| s.kept.len() as u64).sum(),
+        }
+    }
+
+    /// Page `page` as it was when snapshot `id` was taken, into `buf` (one
+    /// page). A page the snapshot does not owe is an error: whoever reads
+    /// it already had it.
+    pub fn read_snapshot(&self, id: u64, page: u64, buf: &mut [u8]) -> StoreResult<()> {
+        assert_eq!(buf.len(), PAGE_SIZE, "one page at a time");
+        if self.kept_into(id, page, buf)? {
+            return Ok(());
+        }
+        self.inner.read(&mut [ReadOp { page, buf: &mut *buf }])?;
+        // A write that raced the read kept the old bytes before it began.
+        self.kept_into(id, page, buf)?;
+        Ok(())
+    }
+
+    /// Copy kept bytes of `page` into `buf`: whether there were any.
+    fn kept_into(&self, id: u64, page: u64, buf: &mut [u8]) -> StoreResult<bool> {
+        let state = self.lock();
+        let snap = state
+            .live
+            .iter()
+            .find(|s| s.id == id)
+            .ok_or_else(|| StoreError::Unavailable(format!("snapshot {id} was released")))?;
+        if !snap.owed.has(page) {
+            return Err(StoreError::OutOfRange { page, count: 1, pages: 0 });
+        }
+        match snap.kept.get(&page) {
+            Some(bytes) => {
+                buf.copy_from_slice(bytes);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Before `pages` change: keep the old bytes of those a live snapshot
+    /// owes and has not kept yet.
+    fn keep_old(&self, pages: impl Iterator<Item = u64>) -> StoreResult<()> {
+        if self.live.load(Ordering::SeqCst) == 0 {
+            return Ok(());
+        }
+        let wanted: Vec<u64> = {
+            let state = self.lock();
+            let owes =
+                |p: u64| state.live.iter().any(|s| s.owed.has(p) && !s.kept.contains_key(&p));
+            pages.filter(|&p| owes(p)).collect()
+        };
+        for chunk in wanted.chunks(KEEP_BATCH_PAGES) {
+            let mut old = vec![0u8; chunk.len() * PAGE_SIZE];
+            let mut ops: Vec<ReadOp<'_>> = chunk
+                .iter()
+                .zip(old.chunks_exact_mut(PAGE_SIZE))
+                .map(|(&page, buf)| ReadOp { page, buf })
+                .collect();
+            self.inner.read(&mut ops)?;
+            let mut state = self.lock();
+            for (&page, bytes) in chunk.iter().zip(old.chunks_exact(PAGE_SIZE)) {
+                for snap in state.live.iter_mut().filter(|s| s.owed.has(page)) {
+                    snap.kept.entry(page).or_insert_with(|| bytes.into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn pages_of<'a>(ops: &'a [WriteOp<'a>]) -> impl Iterator<Item = u64> + 'a {
+    ops.iter().flat_map(|op| op.page..op.page + (op.data.len() / PAGE_SIZE) as u64)
+}
+
+impl<S: PageStore> PageStore for Snapshots<S> {
+    fn info(&self) -> StoreInfo {
+        let info = self.inner.info();
+        StoreInfo { name: format!("snapshot({})", info.name), ..info }
+    }
+
+    fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
+        self.inner.read(ops)
+    }
+
+    fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
+        self.keep_old(pages_of(ops))?;
+        self.inner.write(ops)
+    }
+
+    fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
+        crate::check_range(self.inner.info().pages, page, count)?;
+        self.keep_old(page..page + count)?;
+        self.inner.discard(page, count)
+    }
+
+    fn flush(&self) -> StoreResult<()> {
+        self.inner.flush()
+    }
+
+    fn in_place(&self, page: u64, count: u64) -> Option<StoreResult<crate::InPlace>> {
+        self.inner.in_place(page, count)
+    }
+
+    fn allocation(
+        &self,
+        page: u64,
+        count: u64,
+        out: &mut Vec<(u64, bool)>,
+    ) -> Option<StoreResult<()>> {
+        self.inner.allocation(page, count, out)
+    }
+}
+
+#[cfg(test)]
+#[path = "snapshot_tests.rs"]
+mod tests;
