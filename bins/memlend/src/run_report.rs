@@ -135,6 +135,7 @@ pub fn print(
     }
     print_pool(reports);
     print_latency(reports);
+    print_forks(reports);
     if sum(reports, "copy_legs") > 0 {
         eprintln!(
             "memlend run: copies: {} lost and {} rebuilt; {} bad copies repaired from the other; {} pages lost",
@@ -202,4 +203,22 @@ fn print_latency(reports: &[Value]) {
     if !parts.is_empty() {
         eprintln!("memlend run: fault latency (message read to wake): {}", parts.join("; "));
     }
+}
+
+/// What forked children cost: pages they read through the parent, pages
+/// the fork shared that eviction had to copy, old pages kept for them.
+fn print_forks(reports: &[Value]) {
+    let forks = sum(reports, "forks");
+    if forks == 0 {
+        return;
+    }
+    eprintln!(
+        "memlend run: fork: {forks} forks, {} children served; they read {} far pages through \
+         their parent, which kept at most {} old pages for them and copied {} pages the fork \
+         shared to evict them",
+        sum(reports, "fork_children"),
+        sum(reports, "fork_pages_sent"),
+        sum(reports, "fork_kept_pages_peak"),
+        sum(reports, "pages_unshared"),
+    );
 }

@@ -154,11 +154,11 @@ fn redis_server_keeps_every_value() {
 }
 
 #[test]
-fn a_forked_child_has_no_far_memory_and_the_parent_keeps_its_own() {
+fn forked_children_see_far_memory_as_at_their_fork_while_the_parent_rewrites_it() {
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("far_fork", dir.path());
     let ssd = dir.path().to_str().unwrap();
-    let out = memlend_run(&["--local", "8M", "--ssd", ssd], &[prog.to_str().unwrap()]);
+    let out = memlend_run(&["--local", "8M", "--ssd", ssd], &[prog.to_str().unwrap(), "32"]);
     let err = text(&out.stderr);
     assert!(out.status.success(), "{}\n{err}", out.status);
     assert_eq!(text(&out.stdout), "far_fork ok\n");

@@ -74,7 +74,7 @@ impl Eviction {
                     Ok(()) => true,
                     Err(_) if really_moved(dst, src, 1, 0) == 1 => true,
                     Err(e) => {
-                        tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
+                        tracing::warn!("fault handler: page {page} still cannot move out once unshared, kept: {e}");
                         core.table.requeue(page);
                         false
                     }
@@ -98,8 +98,8 @@ impl Eviction {
 fn make_exclusive(core: &mut Core, page: u32) -> bool {
     let addr = core.base + page as usize * PAGE_SIZE;
     let mut present = Vec::new();
-    // The write below must not fault: this thread serves the region's
-    // faults. A page mapped now stays mapped while the handler reads no
+    // The write below must not raise a userfault: this thread serves them.
+    // (A copy-on-write fault is the kernel's, and is what we want.) A page mapped now stays mapped while the handler reads no
     // events (a zap waits for its REMOVE or UNMAP to be read); the shim
     // turns MADV_FREE on far memory into a discard, so no page is reclaimed
     // without an event.
@@ -114,12 +114,28 @@ fn make_exclusive(core: &mut Core, page: u32) -> bool {
         core.table.dirtied(page);
     }
     // SAFETY: the page is mapped read-write in this process (checked just
-    // above, and no event that could unmap it is read meanwhile); an atomic
-    // add of zero leaves its byte as it is even against the program's own
-    // writes, which land either before or after it.
-    unsafe { (*(addr as *const std::sync::atomic::AtomicU8)).fetch_add(0, SeqCst) };
+    // above, and no event that could unmap it is read meanwhile).
+    let byte = unsafe { &*(addr as *const std::sync::atomic::AtomicU8) };
+    if !write_same(byte) {
+        return false;
+    }
     crate::stats::Counters::add(&core.counters.pages_unshared, 1);
     true
+}
+
+/// Tries at writing a byte back as it was while the program changes it.
+const WRITE_SAME_TRIES: usize = 64;
+
+/// Write `byte` back as it is, so that its page is written to. A compare
+/// and swap of the value just read: an atomic add of zero would not do, as
+/// the compiler makes an idempotent one a plain fenced load, which writes
+/// nothing. A swap that fails (the program wrote the byte meanwhile) is
+/// tried again, never more than `WRITE_SAME_TRIES` times.
+fn write_same(byte: &std::sync::atomic::AtomicU8) -> bool {
+    (0..WRITE_SAME_TRIES).any(|_| {
+        let now = byte.load(SeqCst);
+        byte.compare_exchange(now, std::hint::black_box(now), SeqCst, SeqCst).is_ok()
+    })
 }
 
 /// After a move of `run` pages from `src` to `dst` failed, how many of the

@@ -65,7 +65,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
         return ops::malloc_any(size);
     }
     if far::contains(ptr as usize) && far::heap().is_none() {
-        tracing::error!("realloc of far memory in a forked child: its contents are not here");
+        tracing::error!("realloc of the parent's far memory in a forked child is not supported");
         sys::set_errno(libc::ENOMEM);
         return null_mut();
     }
@@ -267,14 +267,28 @@ pub unsafe extern "C" fn mremap(
 }
 
 /// # Safety
-/// The C contract of madvise. Huge-page advice on far memory is dropped:
-/// the fault handler maps and evicts 4 KiB pages.
+/// The C contract of madvise. On far memory: huge-page advice is dropped
+/// (the fault handler maps and evicts 4 KiB pages); MADV_FREE becomes
+/// MADV_DONTNEED, which it may always act as, because the kernel would
+/// drop a freed page without telling the handler, and the handler writes
+/// to pages a fork shared, which must not vanish under it (`moveout.rs`);
+/// in a forked child, pages dropped read zero from then on (`fork.rs`).
 #[no_mangle]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
     const MADV_COLLAPSE: i32 = 25;
     let ignored = [libc::MADV_HUGEPAGE, libc::MADV_NOHUGEPAGE, libc::MADV_DOFORK, MADV_COLLAPSE];
-    if far::contains(addr as usize) && ignored.contains(&advice) {
-        return 0;
+    let mut advice = advice;
+    if far::contains(addr as usize) {
+        if ignored.contains(&advice) {
+            return 0;
+        }
+        if advice == libc::MADV_FREE {
+            advice = libc::MADV_DONTNEED;
+        }
+        let drops = [libc::MADV_DONTNEED, libc::MADV_REMOVE];
+        if far::in_child() && drops.contains(&advice) {
+            crate::fork::child_discards(addr as usize, len);
+        }
     }
     // SAFETY: passed through as asked.
     unsafe { sys::madvise(addr, len, advice) }

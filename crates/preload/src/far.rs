@@ -7,6 +7,7 @@ use crate::config::Config;
 pub use crate::heap::Heap;
 use anyhow::{Context, Result};
 use memlend_fault::{Region, RegionConfig, Tuning};
+use memlend_store::layer::snapshot::Snapshots;
 use memlend_store::PAGE_SIZE;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -17,7 +18,8 @@ const CONFIGURED: u8 = 2;
 const STARTING: u8 = 3;
 const READY: u8 = 4;
 const FAILED: u8 = 5;
-/// A forked child: the region is not in its address space (MADV_DONTFORK).
+/// A forked child: the region is the parent's, served by the child's own
+/// handler (`fork.rs`); large allocations go local.
 const CHILD: u8 = 6;
 
 static STATE: AtomicU8 = AtomicU8::new(UNCONFIGURED);
@@ -45,6 +47,9 @@ static HOOKS: OnceLock<Hooks> = OnceLock::new();
 /// Read the environment once, at load time, before `main`.
 pub fn configure(hooks: Hooks) {
     let _ = HOOKS.set(hooks);
+    // At load, before the program's allocator registers its own: ours then
+    // run first in a child, before anything there touches far memory.
+    crate::fork::register();
     match crate::config::from_env() {
         Ok(Some(cfg)) => {
             THRESHOLD.store(cfg.threshold_bytes, Relaxed);
@@ -159,22 +164,31 @@ fn build(cfg: &Config) -> Result<Heap> {
         budget_pages,
         evict_batch_pages: RegionConfig::default().evict_batch_pages.min(budget_pages),
     };
-    let region = Region::with_tuning(rc, tuning, std::sync::Arc::clone(&opened.store))
-        .context("far-memory region")?;
-    // A forked child must not see a copy of the region without its handler:
-    // pages not resident would read as zeroes. It sees nothing instead.
-    // SAFETY: advice on a mapping this process owns; it changes no contents.
-    let rc =
-        unsafe { crate::sys::madvise(region.as_ptr().cast(), region.len(), libc::MADV_DONTFORK) };
-    anyhow::ensure!(rc == 0, "madvise(MADV_DONTFORK): {}", std::io::Error::last_os_error());
-    // SAFETY: registers a plain function; it runs in the child after fork.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    // The store keeps what a forked child still reads (`fork.rs`).
+    let snapshots = std::sync::Arc::new(Snapshots::new(std::sync::Arc::clone(&opened.store)));
+    let region = Region::with_tuning(rc, tuning, snapshots.clone()).context("far-memory region")?;
     tracing::info!(pages, budget_pages, "far memory on {}", opened.describe);
-    Ok(Heap::new(region, pages, opened.describe, opened.copies, opened.reports))
+    Ok(Heap::new(region, snapshots, pages, opened.describe, opened.copies, opened.reports))
 }
 
-extern "C" fn after_fork_in_child() {
+/// The heap, if it is made and this is the process that made it.
+pub fn ready_heap() -> Option<&'static Heap> {
+    (STATE.load(Acquire) == READY).then(|| HEAP.get()).flatten()
+}
+
+/// The heap as made, even in a forked child (where it serves nothing).
+pub fn any_heap() -> Option<&'static Heap> {
+    HEAP.get()
+}
+
+/// In a forked child: the parent's heap is not ours to allocate from.
+pub fn became_child() {
     if STATE.load(Relaxed) == READY {
         STATE.store(CHILD, Relaxed);
     }
+}
+
+/// In a forked child of the process that made the heap.
+pub fn in_child() -> bool {
+    STATE.load(Relaxed) == CHILD
 }

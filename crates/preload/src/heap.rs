@@ -4,11 +4,16 @@
 
 use crate::arena::Arena;
 use memlend_fault::Region;
-use memlend_store::PAGE_SIZE;
-use std::sync::{Mutex, MutexGuard};
+use memlend_store::layer::snapshot::Snapshots;
+use memlend_store::{PageStore, PAGE_SIZE};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The region's store, keeping what forked children still read.
+pub type SnapshotStore = Snapshots<Arc<dyn PageStore>>;
 
 pub struct Heap {
     pub region: Region,
+    pub snapshots: Arc<SnapshotStore>,
     arena: Mutex<Arena>,
     pub describe: String,
     /// The layers keeping second copies (with `--redundancy`), for the report.
@@ -20,12 +25,13 @@ pub struct Heap {
 impl Heap {
     pub fn new(
         region: Region,
+        snapshots: Arc<SnapshotStore>,
         pages: u64,
         describe: String,
         copies: memlend_borrow::Copies,
         reports: Vec<memlend_store::layer::registry::Report>,
     ) -> Heap {
-        Heap { region, arena: Mutex::new(Arena::new(pages)), describe, copies, reports }
+        Heap { region, snapshots, arena: Mutex::new(Arena::new(pages)), describe, copies, reports }
     }
 
     pub fn arena(&self) -> MutexGuard<'_, Arena> {

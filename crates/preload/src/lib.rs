@@ -11,10 +11,11 @@
 //!   (the global allocator below), so it cannot re-enter itself. The
 //!   program's small allocations go to the next allocator in link order
 //!   (glibc's, or the program's own, such as redis-server's jemalloc).
-//! - fork: the region is MADV_DONTFORK; a child has no far memory (touching
-//!   the parent's far blocks faults), its new large allocations are local,
-//!   and its frees of far blocks are no-ops. exec: a new program starts a
-//!   region of its own if it makes large allocations.
+//! - fork: the child sees the region as it was at the fork, served by a
+//!   handler of its own that reads far pages through its parent
+//!   (`fork.rs`); its new large allocations are local, and its frees of far
+//!   blocks are no-ops. exec: a new program starts a region of its own if
+//!   it makes large allocations.
 //!
 //! See docs/run.md.
 
@@ -25,6 +26,7 @@
 mod arena;
 mod config;
 mod far;
+mod fork;
 mod heap;
 mod libc_alloc;
 mod live;

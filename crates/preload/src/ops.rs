@@ -57,7 +57,7 @@ pub fn malloc_block(ptr: *mut c_void) -> Option<(&'static far::Heap, u64, Block)
 /// Free a far malloc block. `false`: not one of ours, pass it on.
 pub fn free(ptr: *mut c_void) -> bool {
     if far::contains(ptr as usize) && far::heap().is_none() {
-        return true; // a forked child: the region is not mapped here
+        return true; // a forked child: the parent's block, kept as it was
     }
     let Some((heap, page, block)) = malloc_block(ptr) else { return false };
     heap.discard(page, block.pages);

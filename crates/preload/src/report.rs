@@ -151,6 +151,17 @@ pub fn stats_json() -> Option<String> {
         h.fault_room_ns_p99,
         h.fault_map_ns_p99,
     );
+    let snapshots = heap.snapshots.stats();
+    let _ = write!(
+        j,
+        "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"pages_unshared\":{},\
+         \"fork_kept_pages_peak\":{},",
+        h.forks,
+        crate::fork::CHILDREN.load(std::sync::atomic::Ordering::Relaxed),
+        crate::fork::PAGES_SENT.load(std::sync::atomic::Ordering::Relaxed),
+        h.pages_unshared,
+        snapshots.kept_pages_peak,
+    );
     let m = heap.copies.stats();
     let _ = write!(
         j,

@@ -36,3 +36,15 @@ fn name_is_ours() -> bool {
     let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
     rc == 0 && name.starts_with(b"memlend-")
 }
+
+/// Run `f` as one of ours: what it allocates, including what glibc
+/// allocates for a thread it starts (its TLS), comes from glibc. For the
+/// fork handlers: the program's allocator may be locked for the fork then
+/// (jemalloc's handlers run around ours), and a thread started there that
+/// later exits would free glibc's way what that allocator gave.
+pub fn while_ours<T>(f: impl FnOnce() -> T) -> T {
+    let was = KIND.with(|k| k.replace(OURS));
+    let out = f();
+    KIND.with(|k| k.set(was));
+    out
+}

@@ -66,60 +66,171 @@ fn connect(port: u16, server: &mut std::process::Child) -> TcpStream {
     }
 }
 
+/// A redis-server on a free port, and a connection to it.
+struct Redis {
+    guard: Reaped,
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Redis {
+    /// `run`: the command that starts redis-server (`memlend run ... --`,
+    /// or nothing); `dir`: where its dump goes.
+    fn start(run: &[&str], dir: &std::path::Path) -> Redis {
+        let redis = Command::new("redis-server").arg("--version").output();
+        assert!(
+            redis.is_ok(),
+            "redis-server is needed: install redis-server (scripts/setup.sh does)"
+        );
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (program, args) = match run.split_first() {
+            Some((program, args)) => (*program, args.to_vec()),
+            None => ("redis-server", Vec::new()),
+        };
+        let args = args.into_iter().chain(run.first().map(|_| "redis-server"));
+        let mut guard = Reaped(
+            Command::new(program)
+                .args(args)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+                .args(["--appendonly", "no", "--dir", dir.to_str().unwrap()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let stream = connect(port, &mut guard.0);
+        let w = stream.try_clone().unwrap();
+        let mut redis = Redis { guard, w, r: BufReader::new(stream) };
+        redis.wait_loaded();
+        redis
+    }
+
+    /// A server that loads a dump answers -LOADING until it is done.
+    fn wait_loaded(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut buf = Vec::new();
+            command(&mut buf, &[b"PING"]);
+            self.w.write_all(&buf).unwrap();
+            let mut line = String::new();
+            self.r.read_line(&mut line).unwrap();
+            if line == "+PONG\r\n" {
+                return;
+            }
+            assert!(line.starts_with("-LOADING"), "PING: {line:?}");
+            assert!(Instant::now() < deadline, "redis-server still loading after a minute");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn call(&mut self, parts: &[&[u8]]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        command(&mut buf, parts);
+        self.w.write_all(&buf).unwrap();
+        reply(&mut self.r)
+    }
+
+    /// SET key:i to `value(i)` for every key, in pipelined bursts.
+    fn set_all(&mut self, value: impl Fn(usize) -> Vec<u8>) {
+        for start in (0..KEYS).step_by(BURST) {
+            let mut buf = Vec::new();
+            for i in start..(start + BURST).min(KEYS) {
+                command(&mut buf, &[b"SET", format!("key:{i}").as_bytes(), &value(i)]);
+            }
+            self.w.write_all(&buf).unwrap();
+            for _ in start..(start + BURST).min(KEYS) {
+                assert_eq!(reply(&mut self.r), b"OK");
+            }
+        }
+    }
+
+    /// Every key reads `value(i)`, and there are no others.
+    fn check_all(&mut self, value: impl Fn(usize) -> Vec<u8>) {
+        for start in (0..KEYS).step_by(BURST) {
+            let mut buf = Vec::new();
+            for i in start..(start + BURST).min(KEYS) {
+                command(&mut buf, &[b"GET", format!("key:{i}").as_bytes()]);
+            }
+            self.w.write_all(&buf).unwrap();
+            for i in start..(start + BURST).min(KEYS) {
+                assert!(reply(&mut self.r) == value(i), "key:{i} came back different");
+            }
+        }
+        assert_eq!(self.call(&[b"DBSIZE"]), KEYS.to_string().as_bytes());
+    }
+
+    /// SHUTDOWN NOSAVE (redis exits without answering), and its stderr.
+    fn stop(mut self) -> String {
+        let mut buf = Vec::new();
+        command(&mut buf, &[b"SHUTDOWN", b"NOSAVE"]);
+        self.w.write_all(&buf).unwrap();
+        let server = &mut self.guard.0;
+        let mut err = String::new();
+        std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut err).unwrap();
+        server.wait().unwrap();
+        err
+    }
+}
+
+/// The `memlend run` command line for redis-server over the SSD tier in
+/// `dir`, with `extra` options.
+fn memlend_redis<'a>(dir: &'a str, shim: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut run = vec![MEMLEND, "run", "--preload", shim, "--local", "16M", "--ssd", dir];
+    run.extend_from_slice(extra);
+    run.push("--");
+    run
+}
+
 /// `extra`: more `memlend run` options. The far summary is returned.
 pub fn keeps_every_value(extra: &[&str]) -> String {
-    let redis = Command::new("redis-server").arg("--version").output();
-    assert!(redis.is_ok(), "redis-server is needed: install redis-server (scripts/setup.sh does)");
     let dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut guard = Reaped(
-        Command::new(MEMLEND)
-            .args(["run", "--preload", shim().to_str().unwrap(), "--local", "16M"])
-            .args(["--ssd", dir.path().to_str().unwrap()])
-            .args(extra)
-            .args(["--", "redis-server"])
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let server = &mut guard.0;
-    let stream = connect(port, server);
-    let mut w = stream.try_clone().unwrap();
-    let mut r = BufReader::new(stream);
-    for start in (0..KEYS).step_by(BURST) {
-        let mut buf = Vec::new();
-        for i in start..(start + BURST).min(KEYS) {
-            command(&mut buf, &[b"SET", format!("key:{i}").as_bytes(), &value(i)]);
-        }
-        w.write_all(&buf).unwrap();
-        for _ in start..(start + BURST).min(KEYS) {
-            assert_eq!(reply(&mut r), b"OK");
-        }
-    }
-    for start in (0..KEYS).step_by(BURST) {
-        let mut buf = Vec::new();
-        for i in start..(start + BURST).min(KEYS) {
-            command(&mut buf, &[b"GET", format!("key:{i}").as_bytes()]);
-        }
-        w.write_all(&buf).unwrap();
-        for i in start..(start + BURST).min(KEYS) {
-            assert!(reply(&mut r) == value(i), "key:{i} came back different");
-        }
-    }
-    let mut buf = Vec::new();
-    command(&mut buf, &[b"DBSIZE"]);
-    w.write_all(&buf).unwrap();
-    assert_eq!(reply(&mut r), KEYS.to_string().as_bytes());
-    // Redis exits on SHUTDOWN without answering it.
-    buf.clear();
-    command(&mut buf, &[b"SHUTDOWN", b"NOSAVE"]);
-    w.write_all(&buf).unwrap();
-    let mut err = String::new();
-    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut err).unwrap();
-    server.wait().unwrap();
+    let shim = shim();
+    let run = memlend_redis(dir.path().to_str().unwrap(), shim.to_str().unwrap(), extra);
+    let mut redis = Redis::start(&run, dir.path());
+    redis.set_all(value);
+    redis.check_all(value);
+    let err = redis.stop();
     assert!(faults_from_store(&err) > 0, "far memory was not used:\n{err}");
     err
+}
+
+fn value_after(i: usize) -> Vec<u8> {
+    let mut v = value(i);
+    v[..8].copy_from_slice(b"rewrite:");
+    v
+}
+
+/// BGSAVE forks; the child writes the dataset as it was at the fork while
+/// the parent rewrites every key. A plain redis-server then loads the dump
+/// and finds every value as it was before the rewrite.
+#[test]
+fn bgsave_under_memlend_writes_the_dataset_as_at_its_fork() {
+    let dir = tempfile::tempdir().unwrap();
+    let shim = shim();
+    let run = memlend_redis(dir.path().to_str().unwrap(), shim.to_str().unwrap(), &[]);
+    let mut redis = Redis::start(&run, dir.path());
+    redis.set_all(value);
+    // The child sleeps 20 us a key, so it reads most pages after the
+    // parent has rewritten them and written them back to the store.
+    assert_eq!(redis.call(&[b"CONFIG", b"SET", b"rdb-key-save-delay", b"20"]), b"OK");
+    assert_eq!(redis.call(&[b"BGSAVE"]), b"Background saving started");
+    redis.set_all(value_after);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let info = loop {
+        let info = String::from_utf8(redis.call(&[b"INFO", b"persistence"])).unwrap();
+        if info.contains("rdb_bgsave_in_progress:0") {
+            break info;
+        }
+        assert!(Instant::now() < deadline, "BGSAVE still running after 2 minutes");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(info.contains("rdb_last_bgsave_status:ok"), "{info}");
+    redis.check_all(value_after);
+    let err = redis.stop();
+    assert!(faults_from_store(&err) > 0, "far memory was not used:\n{err}");
+    assert!(err.contains("fork"), "the summary says nothing of the fork:\n{err}");
+
+    let mut plain = Redis::start(&[], dir.path());
+    plain.check_all(value);
+    plain.stop();
 }

@@ -21,7 +21,7 @@
 
 use crate::{PageStore, ReadOp, StoreError, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Snapshots live at once: one a forked child that has not exited.
@@ -71,6 +71,9 @@ pub struct Snapshots<S> {
     inner: S,
     /// `state.live.len()`, read without the lock on every write.
     live: AtomicUsize,
+    /// Pages kept now, and the most ever kept at once.
+    kept_pages: AtomicU64,
+    kept_pages_peak: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -80,11 +83,19 @@ pub struct SnapshotStats {
     pub live: usize,
     pub owed_pages: u64,
     pub kept_pages: u64,
+    /// The most pages kept at once, since the layer was made.
+    pub kept_pages_peak: u64,
 }
 
 impl<S: PageStore> Snapshots<S> {
     pub fn new(inner: S) -> Snapshots<S> {
-        Snapshots { inner, live: AtomicUsize::new(0), state: Mutex::new(State::default()) }
+        Snapshots {
+            inner,
+            live: AtomicUsize::new(0),
+            kept_pages: AtomicU64::new(0),
+            kept_pages_peak: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -110,6 +121,8 @@ impl<S: PageStore> Snapshots<S> {
     /// Forget a snapshot and the bytes kept for it.
     pub fn release(&self, id: u64) {
         let mut state = self.lock();
+        let kept: usize = state.live.iter().filter(|s| s.id == id).map(|s| s.kept.len()).sum();
+        self.kept_pages.fetch_sub(kept as u64, Ordering::Relaxed);
         state.live.retain(|s| s.id != id);
         self.live.store(state.live.len(), Ordering::SeqCst);
     }
@@ -120,6 +133,7 @@ impl<S: PageStore> Snapshots<S> {
             live: state.live.len(),
             owed_pages: state.live.iter().map(|s| s.owed.count()).sum(),
             kept_pages: state.live.iter().map(|s| s.kept.len() as u64).sum(),
+            kept_pages_peak: self.kept_pages_peak.load(Ordering::Relaxed),
         }
     }
 
@@ -180,7 +194,11 @@ impl<S: PageStore> Snapshots<S> {
             let mut state = self.lock();
             for (&page, bytes) in chunk.iter().zip(old.chunks_exact(PAGE_SIZE)) {
                 for snap in state.live.iter_mut().filter(|s| s.owed.has(page)) {
-                    snap.kept.entry(page).or_insert_with(|| bytes.into());
+                    if let std::collections::hash_map::Entry::Vacant(e) = snap.kept.entry(page) {
+                        e.insert(bytes.into());
+                        let now = self.kept_pages.fetch_add(1, Ordering::Relaxed) + 1;
+                        self.kept_pages_peak.fetch_max(now, Ordering::Relaxed);
+                    }
                 }
             }
         }

@@ -1,0 +1,193 @@
+//! fork of a process with far memory (redis's BGSAVE, for one).
+//!
+//! The child must see the region as it was at the fork, while the parent
+//! goes on changing it. Around fork (pthread_atfork, registered at load so
+//! that ours run first in the child and last before the fork):
+//!
+//! - before: the parent's handler settles and parks (`Region::pause`), the
+//!   store starts keeping the old bytes of every page it alone holds
+//!   (a snapshot, `memlend_store::layer::snapshot`), and a socket pair is
+//!   made;
+//! - in the parent: the handler goes on, and a thread answers the child's
+//!   requests for pages from the snapshot until the child exits or execs,
+//!   then releases it;
+//! - in the child: before any other fork handler can touch the region, a
+//!   handler of the child's own serves it (`memlend_fault::serve_child`):
+//!   the pages that were mapped are shared by the kernel, the others come
+//!   through the socket.
+//!
+//! The design note is "Forked children" in docs/run.md.
+
+use crate::heap::Heap;
+use memlend_fault::{
+    serve_child, serve_link, ChildRegion, ChildSource, Discarded, LinkSource, Paused,
+};
+use memlend_store::layer::snapshot::Owed;
+use memlend_store::PAGE_SIZE;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A child keeps at most this share of the parent's budget of the pages it
+/// reads in and does not write...
+const CHILD_BUDGET_DIV: usize = 4;
+/// ...and at least this many.
+const CHILD_BUDGET_PAGES_MIN: usize = 256;
+
+/// What `before` made, for `in_parent` or `in_child`.
+struct Pending {
+    paused: Paused<'static>,
+    /// None if the store could not keep another snapshot: the child's far
+    /// pages then fail (SIGBUS) rather than read wrong.
+    snapshot: Option<u64>,
+    in_store: Vec<u64>,
+    parent_end: UnixStream,
+    child_end: UnixStream,
+}
+
+static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
+/// One fork at a time goes through `before`..`in_parent`.
+static FORKING: AtomicBool = AtomicBool::new(false);
+/// Pages sent to children, and children served, for the report.
+pub static PAGES_SENT: AtomicU64 = AtomicU64::new(0);
+pub static CHILDREN: AtomicU64 = AtomicU64::new(0);
+/// In a forked child: the pages it threw away, which read zero.
+static DISCARDED: OnceLock<Arc<Discarded>> = OnceLock::new();
+
+fn pending() -> std::sync::MutexGuard<'static, Option<Pending>> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Register the fork handlers. Called once, at load.
+pub fn register() {
+    // SAFETY: registers plain functions, run around every fork.
+    unsafe { libc::pthread_atfork(Some(before), Some(in_parent), Some(in_child)) };
+}
+
+extern "C" fn before() {
+    crate::thread_kind::while_ours(before_fork);
+}
+
+extern "C" fn in_parent() {
+    crate::thread_kind::while_ours(after_fork_in_parent);
+}
+
+extern "C" fn in_child() {
+    crate::thread_kind::while_ours(after_fork_in_child);
+}
+
+fn before_fork() {
+    let Some(heap) = crate::far::ready_heap() else { return };
+    // Bounded by the other fork's time between its `before` and `in_parent`.
+    while FORKING.swap(true, SeqCst) {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    match prepare(heap) {
+        Ok(p) => *pending() = Some(p),
+        Err(e) => {
+            tracing::error!("fork: far memory cannot follow the child: {e:#}");
+            FORKING.store(false, SeqCst);
+        }
+    }
+}
+
+fn prepare(heap: &'static Heap) -> anyhow::Result<Pending> {
+    let paused = heap.region.pause()?;
+    let pages = heap.region.len() as u64 / PAGE_SIZE as u64;
+    let mut owed = Owed::new(pages);
+    (0..pages).filter(|&p| paused.in_store(p)).for_each(|p| owed.set(p));
+    let snapshot = match heap.snapshots.take(owed) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            tracing::error!("fork: {e}; the child's far pages will fail");
+            None
+        }
+    };
+    let (parent_end, child_end) = UnixStream::pair()?;
+    let in_store = paused.in_store_bits().to_vec();
+    Ok(Pending { paused, snapshot, in_store, parent_end, child_end })
+}
+
+fn after_fork_in_parent() {
+    let Some(p) = pending().take() else { return };
+    let Pending { paused, snapshot, parent_end, child_end, .. } = p;
+    drop(child_end);
+    drop(paused);
+    FORKING.store(false, SeqCst);
+    let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else { return };
+    CHILDREN.fetch_add(1, Relaxed);
+    let serve = move || {
+        let read = |page: u32, buf: &mut [u8]| {
+            let read = heap.snapshots.read_snapshot(id, u64::from(page), buf);
+            read.map_err(std::io::Error::other)
+        };
+        match serve_link(parent_end, read) {
+            Ok(sent) => {
+                PAGES_SENT.fetch_add(sent, Relaxed);
+            }
+            Err(e) => tracing::error!("fork: serving a child's far pages: {e}"),
+        }
+        heap.snapshots.release(id);
+    };
+    let spawned = std::thread::Builder::new().name("memlend-fork".into()).spawn(serve);
+    if let Err(e) = spawned {
+        tracing::error!("fork: no thread to serve the child's far pages: {e}");
+        heap.snapshots.release(id);
+    }
+}
+
+fn after_fork_in_child() {
+    let Some(heap) = crate::far::ready_heap() else { return };
+    crate::far::became_child();
+    let pages = (heap.region.len() / PAGE_SIZE) as u32;
+    let (in_store, source): (Vec<u64>, Box<dyn ChildSource>) = match pending().take() {
+        Some(p) => {
+            let Pending { paused, in_store, parent_end, child_end, .. } = p;
+            drop(parent_end);
+            // The parent's pause lives in the parent; the copy here ends nothing.
+            std::mem::forget(paused);
+            (in_store, Box::new(LinkSource::new(child_end)))
+        }
+        // The parent could not hold its handler still (logged there): no
+        // page not mapped now can be trusted, so each one fails (SIGBUS)
+        // rather than read as zeroes.
+        None => (vec![u64::MAX; (pages as usize).div_ceil(64)], Box::new(Refused)),
+    };
+    FORKING.store(false, SeqCst);
+    let discarded = Arc::new(Discarded::new(pages));
+    let _ = DISCARDED.set(Arc::clone(&discarded));
+    let budget = heap.region.handler_stats().budget_pages as usize;
+    let region = ChildRegion {
+        base: heap.region.as_ptr() as usize,
+        pages,
+        in_store,
+        budget_pages: (budget / CHILD_BUDGET_DIV).max(CHILD_BUDGET_PAGES_MIN),
+        discarded,
+    };
+    if let Err(e) = serve_child(region, source) {
+        // Nothing serves the region's missing pages: touching one would
+        // wait for ever, so the child cannot go on.
+        eprintln!("memlend: forked child: no handler for far memory ({e}); exiting");
+        // SAFETY: ends this process at once.
+        unsafe { libc::_exit(127) };
+    }
+}
+
+/// A child's source when the parent could not follow the fork.
+struct Refused;
+
+impl ChildSource for Refused {
+    fn read(&mut self, _pages: &[u32], _out: &mut [u8]) -> std::io::Result<()> {
+        Err(std::io::Error::other("the parent could not keep its far memory for this child"))
+    }
+}
+
+/// In a forked child, before the program drops pages of the region: they
+/// must read zero afterwards, not the bytes the parent's store held.
+pub fn child_discards(addr: usize, len: usize) {
+    let (Some(discarded), Some(heap)) = (DISCARDED.get(), crate::far::any_heap()) else { return };
+    let base = heap.region.as_ptr() as usize;
+    let first = (addr.saturating_sub(base) / PAGE_SIZE) as u32;
+    let end = (addr + len).saturating_sub(base).div_ceil(PAGE_SIZE) as u32;
+    discarded.set_range(first, end.saturating_sub(first));
+}
