@@ -367,6 +367,34 @@ SERVERS = {"redis": Redis(), "memcached": Memcached()}
 # ---- the benchmark ---------------------------------------------------------------------------------
 
 
+class BgSave(threading.Thread):
+    """redis: BGSAVE once, at the start of a timed phase, and time it to its end (the forked child
+    writes the dataset as it was at the fork while the load goes on)."""
+
+    def __init__(self, port, timeout_s):
+        super().__init__(daemon=True)
+        self.port, self.timeout_s, self.out = port, timeout_s, {}
+
+    def run(self):
+        try:
+            r = Resp(self.port, timeout_s=60)
+            t0 = time.time()
+            r.cmd("BGSAVE")
+            while time.time() - t0 < self.timeout_s:
+                info = r.info("persistence")
+                if info.get("rdb_bgsave_in_progress") == "0":
+                    self.out = {"bgsave_s": round(time.time() - t0, 2),
+                                "bgsave_ok": info.get("rdb_last_bgsave_status") == "ok",
+                                "bgsave_cow_mib": round(int(info.get("rdb_last_cow_size", 0)) / MIB, 1)}
+                    break
+                time.sleep(0.05)
+            else:
+                self.out = {"bgsave_ok": False, "bgsave_error": f"still saving after {self.timeout_s:.0f} s"}
+            r.close()
+        except (OSError, RedisError) as e:
+            self.out = {"bgsave_ok": False, "bgsave_error": f"{type(e).__name__}: {e}"}
+
+
 class Skip(Exception):
     """A peer that cannot run here; its row says why."""
 
@@ -652,9 +680,19 @@ class Bench:
             # the timed phase
             if not errors and server.poll() is None:
                 vm1, psi1, live1 = vmstat_all(), common.cpu_psi_total_us(), memlend_live()
+                bgsave = BgSave(port, a.seconds + 600) if a.bgsave and app.name == "redis" else None
+                if bgsave:
+                    bgsave.start()
                 res = run_json(self.ycsb_args(app, port, records, common_args +
                                               ["--seconds", str(a.seconds), "--seed", str(a.seed + 2000)]),
                                a.seconds + 180)
+                if bgsave:
+                    bgsave.join(a.seconds + 660)
+                    row.update(bgsave.out)
+                    if not bgsave.out.get("bgsave_ok"):
+                        errors.append(f"BGSAVE failed: {bgsave.out.get('bgsave_error') or 'status not ok'}")
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(self.workdir, "dump.rdb"))
                 vm2, psi2, live2 = vmstat_all(), common.cpu_psi_total_us(), memlend_live()
                 for k in ("ops", "seconds", "ops_per_s", "reads", "updates", "misses", "bad_values", "errors",
                           "p50_us", "p99_us", "p999_us", "mean_us", "max_us", "client_cpu_s", "first_error"):
@@ -992,6 +1030,7 @@ COLUMNS = [
     Column("fault_p50_us", "fault p50 us", "{:.1f}"),
     Column("fault_p50_x_floor", "x floor", "{:.2f}"),
     Column("cpu_psi_pct", "cpu wait%", "{:.0f}"),
+    Column("bgsave_s", "BGSAVE s", "{:.1f}"),
     Column("x_2x_threads", "2x thr", "{:.2f}"),
     Column("ok", "ok"),
     Column("note", "note"),
@@ -1047,6 +1086,8 @@ def main():
                     help="in each all-local run, S s as is, S s with the client's threads doubled, S s as is (0: don't)")
     ap.add_argument("--wait-quiet", type=float, default=5, metavar="S",
                     help="before each run wait up to S s for the CPUs to be >= 80%% idle (0: don't)")
+    ap.add_argument("--bgsave", action="store_true", help="redis: BGSAVE at the start of each timed phase; "
+                    "the fork's child writes the dataset while the load runs, and its time is in the table")
     ap.add_argument("--force", action="store_true", help="run even if another benchmark is running")
     ap.add_argument("--name", default="apps")
     a = ap.parse_args()
@@ -1206,6 +1247,7 @@ def main():
         "apps": apps, "size_mib": a.size // MIB, "fractions_pct": fracs, "mixes": dict(mixes), "peers": peers,
         "memlend_variants": variants, "donor_variants": a.donor_variant, "memlend_args": a.memlend_args, "memlend_has_mem_option": has_mem,
         "seconds": a.seconds, "warm_seconds": a.warm_seconds, "warm_ops": "2x records", "threads": a.threads,
+        "bgsave": a.bgsave,
         "pipeline": a.pipeline, "value_size": a.value_size, "values": a.values, "zipf": a.zipf,
         "key_chooser": "YCSB ScrambledZipfianGenerator (10^10 ranks, fnvhash64 mod records)" if a.zipf else
         "uniform", "seed": a.seed, "zram_share": a.zram_share, "memcached_threads": a.memcached_threads,

@@ -164,6 +164,14 @@ fn after_fork_in_child() {
         budget_pages: (budget / CHILD_BUDGET_DIV).max(CHILD_BUDGET_PAGES_MIN),
         discarded,
     };
+    // A grandchild is not followed (its parent, this child, has no store
+    // to keep a snapshot in): it gets no copy of the region at all, so a
+    // touch faults (SIGSEGV) rather than reading zeroes.
+    let (base, len) = (region.base as *mut libc::c_void, heap.region.len());
+    // SAFETY: advice on the region's own mapping; it changes no contents.
+    if unsafe { crate::sys::madvise(base, len, libc::MADV_DONTFORK) } != 0 {
+        tracing::warn!("forked child: MADV_DONTFORK: {}", std::io::Error::last_os_error());
+    }
     if let Err(e) = serve_child(region, source) {
         // Nothing serves the region's missing pages: touching one would
         // wait for ever, so the child cannot go on.

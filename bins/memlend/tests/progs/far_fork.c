@@ -2,8 +2,10 @@
  * the parent's far memory as it was at the fork, every word of it, while
  * the parent rewrites all of it at once (and so evicts pages the fork
  * shared); the child's own large allocations work (locally); a page the
- * child frees with madvise reads zero; fork+exec works; two children at
- * once each see their own moment; the parent's data is its own after all. */
+ * child frees with madvise reads zero; a grandchild has no far memory (a
+ * touch is SIGSEGV, not zeroes); fork+exec works; two children at once each
+ * see their own moment; the parent's data is its own after all. */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,8 @@
 #define PAGE 4096UL
 
 static size_t n;
+
+static void segv(int sig) { (void)sig; _exit(42); }
 static uint64_t *p;
 
 static uint64_t want(size_t i, uint64_t seed) { return (i * 7 + 1) ^ (seed << 56); }
@@ -62,6 +66,17 @@ static pid_t child(uint64_t seed, int *go) {
     for (size_t i = mid; i < mid + words; i++)
         if (p[i] != 0) _exit(5);
     if (check(seed, 0, mid) || check(seed, mid + words, n)) _exit(6);
+    /* A grandchild has no far memory: a touch faults, never reads zeroes. */
+    pid_t grandchild = fork();
+    if (grandchild == 0) {
+        signal(SIGSEGV, segv);
+        volatile uint64_t v = p[n - 1];
+        (void)v;
+        _exit(20);
+    }
+    int st = 0;
+    if (waitpid(grandchild, &st, 0) != grandchild || !WIFEXITED(st) || WEXITSTATUS(st) != 42)
+        _exit(7);
     _exit(0);
 }
 
