@@ -93,6 +93,13 @@ pub struct RunArgs {
     /// ran 0.88x all-local with 4 KiB pages. Eviction splits them again.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub huge_pages: String,
+    /// A forked child (redis's BGSAVE) sees far memory as it was at the
+    /// fork, read through its parent (docs/run.md, "fork"). Off: a child
+    /// has no far memory, and touching it is SIGSEGV. Experimental: under
+    /// a memory limit that binds, a child that reads everything has been
+    /// seen to run the process out of memory.
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
+    pub follow_fork: String,
     /// When several threads fault at once on pages only the store holds,
     /// read their pages with one store read instead of one each.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
@@ -244,6 +251,7 @@ fn set_env(
         .env(shim::COMPRESS, &a.compress)
         .env(shim::READ_BLOCK_PAGES, a.read_block.to_string())
         .env(shim::HUGE_PAGES, &a.huge_pages)
+        .env(shim::FOLLOW_FORK, &a.follow_fork)
         .env(shim::BATCH_FAULTS, &a.batch_faults);
     match a.mem {
         Some(mem) => cmd.env(shim::MEM, mem.to_string()),

@@ -38,6 +38,8 @@ pub const READ_BLOCK_PAGES: &str = "MEMLEND_READ_BLOCK_PAGES";
 /// "on" (the default) or "off": while every far page fits the budget,
 /// collapse full 2 MiB chunks into huge pages (`memlend_fault::Tuning::huge_pages`).
 pub const HUGE_PAGES: &str = "MEMLEND_HUGE_PAGES";
+/// `memlend run --follow-fork`: `on` or `off` (the default).
+pub const FOLLOW_FORK: &str = "MEMLEND_FOLLOW_FORK";
 /// "on" (the default) or "off": faults read together share a store read
 /// (`memlend_fault::Tuning::batch_fault_reads`).
 pub const BATCH_FAULTS: &str = "MEMLEND_BATCH_FAULTS";

@@ -37,6 +37,9 @@ pub struct Config {
     pub read_block_pages_max: Option<usize>,
     /// Huge pages while every far page fits (`MEMLEND_HUGE_PAGES`).
     pub huge_pages: bool,
+    /// A forked child sees far memory as at its fork (`MEMLEND_FOLLOW_FORK`);
+    /// off, the region is MADV_DONTFORK and a child has none.
+    pub follow_fork: bool,
     /// Faults read together share a store read.
     pub batch_fault_reads: bool,
     /// The whole process stays within this (`MEMLEND_MEM`): the far budget
@@ -79,6 +82,11 @@ pub fn from_env() -> Result<Option<Config>> {
     let prefetch_pages_max = pages(ENV_PREFETCH_MAX_PAGES)?;
     let read_block_pages_max = pages(memlend_borrow::env::READ_BLOCK_PAGES)?;
     let huge_pages = on_off(memlend_borrow::env::HUGE_PAGES)?;
+    let follow_fork = match var(memlend_borrow::env::FOLLOW_FORK).as_deref() {
+        None | Some("off") => false,
+        Some("on") => true,
+        Some(other) => bail!("{}={other}: expected on or off", memlend_borrow::env::FOLLOW_FORK),
+    };
     let batch_fault_reads = on_off(memlend_borrow::env::BATCH_FAULTS)?;
     Ok(Some(Config {
         batch_fault_reads,
@@ -93,6 +101,7 @@ pub fn from_env() -> Result<Option<Config>> {
         prefetch_pages_max,
         read_block_pages_max,
         huge_pages,
+        follow_fork,
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
     }))

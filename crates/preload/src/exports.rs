@@ -282,7 +282,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
         if ignored.contains(&advice) {
             return 0;
         }
-        if advice == libc::MADV_FREE {
+        if advice == libc::MADV_FREE && far::follows_fork() {
             advice = libc::MADV_DONTNEED;
         }
         let drops = [libc::MADV_DONTNEED, libc::MADV_REMOVE];

@@ -167,6 +167,15 @@ fn build(cfg: &Config) -> Result<Heap> {
     // The store keeps what a forked child still reads (`fork.rs`).
     let snapshots = std::sync::Arc::new(Snapshots::new(std::sync::Arc::clone(&opened.store)));
     let region = Region::with_tuning(rc, tuning, snapshots.clone()).context("far-memory region")?;
+    if !cfg.follow_fork {
+        // A forked child must not see a copy of the region without a
+        // handler: pages not resident would read as zeroes. It sees nothing.
+        // SAFETY: advice on a mapping this process owns; it changes no contents.
+        let rc = unsafe {
+            crate::sys::madvise(region.as_ptr().cast(), region.len(), libc::MADV_DONTFORK)
+        };
+        anyhow::ensure!(rc == 0, "madvise(MADV_DONTFORK): {}", std::io::Error::last_os_error());
+    }
     tracing::info!(pages, budget_pages, "far memory on {}", opened.describe);
     Ok(Heap::new(region, snapshots, pages, opened.describe, opened.copies, opened.reports))
 }
@@ -191,4 +200,9 @@ pub fn became_child() {
 /// In a forked child of the process that made the heap.
 pub fn in_child() -> bool {
     STATE.load(Relaxed) == CHILD
+}
+
+/// `memlend run --follow-fork on`: a forked child sees far memory.
+pub fn follows_fork() -> bool {
+    CONFIG.get().is_some_and(|c| c.follow_fork)
 }

@@ -1,4 +1,6 @@
-//! fork of a process with far memory (redis's BGSAVE, for one).
+//! fork of a process with far memory (redis's BGSAVE, for one), with
+//! `memlend run --follow-fork on` (off by default: the region is then
+//! MADV_DONTFORK and a child has no far memory).
 //!
 //! The child must see the region as it was at the fork, while the parent
 //! goes on changing it. Around fork (pthread_atfork, registered at load so
@@ -77,7 +79,9 @@ extern "C" fn in_child() {
 }
 
 fn before_fork() {
-    let Some(heap) = crate::far::ready_heap() else { return };
+    let Some(heap) = crate::far::ready_heap().filter(|_| crate::far::follows_fork()) else {
+        return;
+    };
     // Bounded by the other fork's time between its `before` and `in_parent`.
     while FORKING.swap(true, SeqCst) {
         std::thread::sleep(std::time::Duration::from_micros(100));
@@ -139,6 +143,9 @@ fn after_fork_in_parent() {
 fn after_fork_in_child() {
     let Some(heap) = crate::far::ready_heap() else { return };
     crate::far::became_child();
+    if !crate::far::follows_fork() {
+        return; // the region is MADV_DONTFORK: not here at all
+    }
     let pages = (heap.region.len() / PAGE_SIZE) as u32;
     let (in_store, source): (Vec<u64>, Box<dyn ChildSource>) = match pending().take() {
         Some(p) => {

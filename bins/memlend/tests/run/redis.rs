@@ -207,7 +207,8 @@ fn value_after(i: usize) -> Vec<u8> {
 fn bgsave_under_memlend_writes_the_dataset_as_at_its_fork() {
     let dir = tempfile::tempdir().unwrap();
     let shim = shim();
-    let run = memlend_redis(dir.path().to_str().unwrap(), shim.to_str().unwrap(), &[]);
+    let follow = ["--follow-fork", "on"];
+    let run = memlend_redis(dir.path().to_str().unwrap(), shim.to_str().unwrap(), &follow);
     let mut redis = Redis::start(&run, dir.path());
     redis.set_all(value);
     // The child sleeps 20 us a key, so it reads most pages after the

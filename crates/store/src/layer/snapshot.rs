@@ -7,7 +7,7 @@
 //! through `read_snapshot` return what an owed page held when the snapshot
 //! was taken. To keep that true, the first write or discard of an owed page
 //! after the snapshot reads the old bytes and keeps them here first, as the
-//! kernel copies a page on write. So the memory this layer holds is bounded
+//! kernel copies a page on write (unless it writes the same bytes). So the memory this layer holds is bounded
 //! by the owed pages written while the snapshot lives, never by reads.
 //!
 //! Ordering: a writer keeps a page's old bytes before its write starts, and
@@ -171,28 +171,36 @@ impl<S: PageStore> Snapshots<S> {
         }
     }
 
-    /// Before `pages` change: keep the old bytes of those a live snapshot
-    /// owes and has not kept yet.
-    fn keep_old(&self, pages: impl Iterator<Item = u64>) -> StoreResult<()> {
+    /// Before `pages` change (each with its new bytes, None for a discard):
+    /// keep the old bytes of those a live snapshot owes and has not kept
+    /// yet, unless the new bytes are the same (a page written back as it
+    /// was, such as one that eviction had to dirty to move it).
+    fn keep_old<'a>(
+        &self,
+        pages: impl Iterator<Item = (u64, Option<&'a [u8]>)>,
+    ) -> StoreResult<()> {
         if self.live.load(Ordering::SeqCst) == 0 {
             return Ok(());
         }
-        let wanted: Vec<u64> = {
+        let wanted: Vec<(u64, Option<&[u8]>)> = {
             let state = self.lock();
             let owes =
                 |p: u64| state.live.iter().any(|s| s.owed.has(p) && !s.kept.contains_key(&p));
-            pages.filter(|&p| owes(p)).collect()
+            pages.filter(|&(p, _)| owes(p)).collect()
         };
         for chunk in wanted.chunks(KEEP_BATCH_PAGES) {
             let mut old = vec![0u8; chunk.len() * PAGE_SIZE];
             let mut ops: Vec<ReadOp<'_>> = chunk
                 .iter()
                 .zip(old.chunks_exact_mut(PAGE_SIZE))
-                .map(|(&page, buf)| ReadOp { page, buf })
+                .map(|(&(page, _), buf)| ReadOp { page, buf })
                 .collect();
             self.inner.read(&mut ops)?;
             let mut state = self.lock();
-            for (&page, bytes) in chunk.iter().zip(old.chunks_exact(PAGE_SIZE)) {
+            for (&(page, new), bytes) in chunk.iter().zip(old.chunks_exact(PAGE_SIZE)) {
+                if new == Some(bytes) {
+                    continue;
+                }
                 for snap in state.live.iter_mut().filter(|s| s.owed.has(page)) {
                     if let std::collections::hash_map::Entry::Vacant(e) = snap.kept.entry(page) {
                         e.insert(bytes.into());
@@ -206,8 +214,11 @@ impl<S: PageStore> Snapshots<S> {
     }
 }
 
-fn pages_of<'a>(ops: &'a [WriteOp<'a>]) -> impl Iterator<Item = u64> + 'a {
-    ops.iter().flat_map(|op| op.page..op.page + (op.data.len() / PAGE_SIZE) as u64)
+fn pages_of<'a>(ops: &'a [WriteOp<'a>]) -> impl Iterator<Item = (u64, Option<&'a [u8]>)> + 'a {
+    ops.iter().flat_map(|op| {
+        let pages = op.page..op.page + (op.data.len() / PAGE_SIZE) as u64;
+        pages.zip(op.data.chunks_exact(PAGE_SIZE).map(Some))
+    })
 }
 
 impl<S: PageStore> PageStore for Snapshots<S> {
@@ -227,7 +238,7 @@ impl<S: PageStore> PageStore for Snapshots<S> {
 
     fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
         crate::check_range(self.inner.info().pages, page, count)?;
-        self.keep_old(page..page + count)?;
+        self.keep_old((page..page + count).map(|p| (p, None)))?;
         self.inner.discard(page, count)
     }
 

@@ -35,6 +35,7 @@ fn an_owed_page_reads_as_it_was_after_writes_and_discards() {
     write(&s, 1, 0x52);
     s.discard(2, 2).unwrap();
     write(&s, 0, 0x50); // not owed: nothing kept
+    write(&s, 7, 8); // the same bytes again: nothing kept
     assert_eq!(snap_read(&s, id, 1), page(2));
     assert_eq!(snap_read(&s, id, 2), page(3));
     assert_eq!(snap_read(&s, id, 3), page(4));
