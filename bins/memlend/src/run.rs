@@ -100,6 +100,11 @@ pub struct RunArgs {
     /// seen to run the process out of memory.
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
     pub follow_fork: String,
+    /// Where a forking process keeps the bytes its child still owes to
+    /// read while the parent rewrites them: an unlinked file on local
+    /// disk, at most twice the far size, empty once no child lives.
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    pub fork_spill: PathBuf,
     /// When several threads fault at once on pages only the store holds,
     /// read their pages with one store read instead of one each.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
@@ -252,6 +257,7 @@ fn set_env(
         .env(shim::READ_BLOCK_PAGES, a.read_block.to_string())
         .env(shim::HUGE_PAGES, &a.huge_pages)
         .env(shim::FOLLOW_FORK, &a.follow_fork)
+        .env(shim::FORK_SPILL_DIR, absolute(&a.fork_spill))
         .env(shim::BATCH_FAULTS, &a.batch_faults);
     match a.mem {
         Some(mem) => cmd.env(shim::MEM, mem.to_string()),

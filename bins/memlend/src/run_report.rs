@@ -206,7 +206,8 @@ fn print_latency(reports: &[Value]) {
 }
 
 /// What forked children cost: pages they read through the parent, pages
-/// the fork shared that eviction had to copy, old pages kept for them.
+/// written out at the fork so that no child shares them, old pages kept
+/// for them, children whose old pages could not all be kept.
 fn print_forks(reports: &[Value]) {
     let forks = sum(reports, "forks");
     if forks == 0 {
@@ -214,11 +215,19 @@ fn print_forks(reports: &[Value]) {
     }
     eprintln!(
         "memlend run: fork: {forks} forks, {} children served; they read {} far pages through \
-         their parent, which kept at most {} old pages for them and copied {} pages the fork \
-         shared to evict them",
+         their parent, which wrote {} dirty pages out at the forks, kept at most {} old pages \
+         for them and unshared {} pages to evict them",
         sum(reports, "fork_children"),
         sum(reports, "fork_pages_sent"),
+        sum(reports, "fork_pages_cleaned"),
         sum(reports, "fork_kept_pages_peak"),
         sum(reports, "pages_unshared"),
     );
+    let given_up = sum(reports, "fork_snapshots_given_up");
+    if given_up > 0 {
+        eprintln!(
+            "memlend run: fork: {given_up} children could not be given every old page (spill \
+             file full or failing, see --fork-spill); their far reads failed"
+        );
+    }
 }

@@ -40,6 +40,10 @@ pub const READ_BLOCK_PAGES: &str = "MEMLEND_READ_BLOCK_PAGES";
 pub const HUGE_PAGES: &str = "MEMLEND_HUGE_PAGES";
 /// `memlend run --follow-fork`: `on` or `off` (the default).
 pub const FOLLOW_FORK: &str = "MEMLEND_FOLLOW_FORK";
+/// `memlend run --fork-spill`: the directory where a forked child's parent
+/// keeps the old bytes of pages it rewrites (an unlinked file; /var/tmp
+/// when unset).
+pub const FORK_SPILL_DIR: &str = "MEMLEND_FORK_SPILL_DIR";
 /// "on" (the default) or "off": faults read together share a store read
 /// (`memlend_fault::Tuning::batch_fault_reads`).
 pub const BATCH_FAULTS: &str = "MEMLEND_BATCH_FAULTS";

@@ -10,8 +10,10 @@
 //! away since) or with the bytes the store held at the fork, which the
 //! child reads through its parent (`ChildSource`).
 //!
-//! Memory: the pages it brings in are mapped write-protected; one the child
-//! has not written may be dropped again (MADV_DONTNEED, which this
+//! Memory: the pages the fork shared whose bytes the store keeps are
+//! dropped at once (`drop_shared`), so only pages the parent could not
+//! write out stay shared. The pages it brings in are mapped write-protected;
+//! one the child has not written may be dropped again (MADV_DONTNEED, which this
 //! descriptor asks no event for) and read again later. So a child that
 //! reads everything (redis's BGSAVE) holds at most `budget_pages` of the
 //! pages it read, plus those it wrote.
@@ -63,8 +65,8 @@ impl Discarded {
 pub struct ChildRegion {
     pub base: usize,
     pub pages: u32,
-    /// The pages whose bytes only the store held at the fork (one bit a
-    /// page, as `Paused::in_store_bits`).
+    /// The pages whose bytes at the fork the store keeps (one bit a page,
+    /// as `Paused::in_store_bits`): read through the parent, never shared.
     pub in_store: Vec<u64>,
     /// Pages read in and not written that the child keeps mapped at most.
     pub budget_pages: usize,
@@ -81,6 +83,7 @@ const BATCH_PAGES_MAX: usize = crate::child_link::LINK_PAGES_MAX;
 pub fn serve_child(region: ChildRegion, source: Box<dyn ChildSource>) -> io::Result<()> {
     let uffd = Uffd::open_child()?;
     uffd.register(region.base, region.pages as usize * PAGE_SIZE, true)?;
+    drop_shared(&region)?;
     let server = ChildServer {
         uffd,
         region,
@@ -90,6 +93,38 @@ pub fn serve_child(region: ChildRegion, source: Box<dyn ChildSource>) -> io::Res
         buf: vec![0; BATCH_PAGES_MAX * PAGE_SIZE],
     };
     std::thread::Builder::new().name("memlend-child".into()).spawn(move || server.run())?;
+    Ok(())
+}
+
+/// Unmap, in the child, every page the fork shared whose bytes the store
+/// keeps for it (`in_store`): the parent may then evict its own copy
+/// without the child holding the old one in memory, and the child holds
+/// no more than its budget. It reads them again through its parent.
+fn drop_shared(region: &ChildRegion) -> io::Result<()> {
+    let mut mapped = Vec::new();
+    crate::mem::mapped_pages(region.base, region.pages as usize, &mut mapped)?;
+    let droppable = |page: usize| {
+        mapped[page] && region.in_store.get(page / 64).is_some_and(|w| w & (1 << (page % 64)) != 0)
+    };
+    let mut page = 0;
+    // Bounded: each turn moves past at least one page.
+    while page < mapped.len() {
+        if !droppable(page) {
+            page += 1;
+            continue;
+        }
+        let run = (page..mapped.len()).take_while(|&p| droppable(p)).count();
+        let addr = region.base + page * PAGE_SIZE;
+        // The raw syscall, as in `drop_over_budget`.
+        // SAFETY: drops pages of the region, which this process's handler
+        // serves again (from the parent) on their next touch.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_madvise, addr, run * PAGE_SIZE, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        page += run;
+    }
     Ok(())
 }
 

@@ -191,7 +191,7 @@ impl Eviction {
         core.publish_resident();
     }
 
-    fn clear_half(&mut self, core: &mut Core, half: usize) {
+    pub(crate) fn clear_half(&mut self, core: &mut Core, half: usize) {
         let half_pages = self.batch.max();
         if let Err(e) = self.staging.discard(half * half_pages * PAGE_SIZE, half_pages * PAGE_SIZE)
         {
@@ -286,7 +286,7 @@ impl Eviction {
     /// where they were, writable; they are `Dirty` already.
     fn unstage(&mut self, core: &mut Core, staged: &[(usize, u32)]) {
         for &(slot, page) in staged {
-            match self.copy_back(core, slot, page) {
+            match self.copy_back(core, slot, page, false) {
                 Ok(()) => core.table.requeue(page),
                 Err(e) => {
                     tracing::error!("fault handler: page {page} lost, cannot restore: {e}");
@@ -297,18 +297,25 @@ impl Eviction {
         }
     }
 
-    /// COPY a staged page back into the region. On the region's descriptor
-    /// that answers EAGAIN while an event is queued behind the fault we are
-    /// serving, and only we can read that event; the staging descriptor has
-    /// no events, and the kernel lets it COPY into any registered range.
-    /// Its COPY wakes only its own waiters, so wake the region's.
-    fn copy_back(&self, core: &Core, slot: usize, page: u32) -> io::Result<()> {
+    /// COPY a staged page back into the region (write-protected if `wp`).
+    /// On the region's descriptor that answers EAGAIN while an event is
+    /// queued behind the fault we are serving, and only we can read that
+    /// event; the staging descriptor has no events, and the kernel lets it
+    /// COPY into any registered range. Its COPY wakes only its own waiters,
+    /// so wake the region's.
+    pub(crate) fn copy_back(
+        &self,
+        core: &Core,
+        slot: usize,
+        page: u32,
+        wp: bool,
+    ) -> io::Result<()> {
         let page_addr = core.page_addr(page);
         let bytes = self.staging.present_pages(slot, 1);
-        match resolve(&core.uffd, page_addr, || core.uffd.copy(page_addr, bytes, false)) {
+        match resolve(&core.uffd, page_addr, || core.uffd.copy(page_addr, bytes, wp)) {
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                 let staging = &core.staging_uffd;
-                resolve(staging, page_addr, || staging.copy(page_addr, bytes, false))?;
+                resolve(staging, page_addr, || staging.copy(page_addr, bytes, wp))?;
                 core.uffd.wake(page_addr, PAGE_SIZE)
             }
             other => other,

@@ -229,15 +229,27 @@ impl Handler {
     }
 
     /// A fork is coming: finish every write-back and fetch, so that each
-    /// page is either mapped or wholly in the store, list the pages in the
-    /// store, and wait until the owner has forked.
+    /// page is either mapped or wholly in the store; if the pages do not
+    /// all fit the budget, write the dirty ones to the store
+    /// (`fork_clean.rs`); list the pages whose bytes the store holds
+    /// (`InStore` and `Clean`), which the child need not share; and wait
+    /// until the owner has forked. Then, if the budget was lowered, evict
+    /// down to it (the victims are clean now: dropped with no write).
     fn park_for_fork(&mut self) {
+        use crate::state::PageState::{Clean, InStore};
         self.ahead.finish_all_fetches(&mut self.core, &mut self.eviction);
         self.eviction.settle_all(&mut self.core);
+        if self.core.table.held() > self.core.budget_pages {
+            self.eviction.clean_for_fork(&mut self.core);
+            // The owner may have lowered the budget to make room for the
+            // child (`--mem`): give the room now, before the child needs it.
+            self.follow_budget();
+            self.eviction.evict_down_to_budget(&mut self.core);
+        }
         let pages = self.core.pages;
         let mut in_store = vec![0u64; (pages as usize).div_ceil(64)];
         for page in 0..pages {
-            if self.core.table.get(page) == crate::state::PageState::InStore {
+            if matches!(self.core.table.get(page), InStore | Clean) {
                 in_store[page as usize / 64] |= 1 << (page % 64);
             }
         }

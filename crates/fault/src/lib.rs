@@ -25,6 +25,7 @@ mod events;
 mod evict;
 mod failsafe;
 mod fetch;
+mod fork_clean;
 mod handler;
 mod huge;
 mod intent;

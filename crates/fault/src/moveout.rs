@@ -142,7 +142,7 @@ fn write_same(byte: &std::sync::atomic::AtomicU8) -> bool {
 /// first pages really moved: gone from the region and mapped in staging.
 /// Logged when that is not the `reported` count. If the pages cannot be
 /// looked at, the report stands.
-fn really_moved(dst: usize, src: usize, run: usize, reported: usize) -> usize {
+pub(crate) fn really_moved(dst: usize, src: usize, run: usize, reported: usize) -> usize {
     let (mut in_region, mut in_staging) = (Vec::new(), Vec::new());
     let looked = mapped_pages(src, run, &mut in_region)
         .and_then(|()| mapped_pages(dst, run, &mut in_staging));

@@ -494,13 +494,14 @@ fn check_config(config: &RegionConfig, store_pages: u64) -> Result<u32> {
 /// The handler held still (`Region::pause`) until this is dropped.
 pub struct Paused<'a> {
     region: &'a Region,
-    /// One bit a page: set if the store alone holds its bytes.
+    /// One bit a page: set if the store holds its bytes (`InStore`, or
+    /// mapped `Clean`).
     in_store: Vec<u64>,
 }
 
 impl Paused<'_> {
-    /// Whether page `page`'s bytes were only in the store when the handler
-    /// parked.
+    /// Whether the store held page `page`'s bytes when the handler parked
+    /// (the page may be mapped as well, unchanged since).
     pub fn in_store(&self, page: u64) -> bool {
         self.in_store.get((page / 64) as usize).is_some_and(|w| w & (1 << (page % 64)) != 0)
     }

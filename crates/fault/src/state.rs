@@ -233,6 +233,13 @@ impl PageTable {
         self.set(page, PageState::Dirty);
     }
 
+    /// A resident `Dirty` page was written to the store and protected
+    /// again: its store copy is current.
+    pub fn cleaned(&mut self, page: u32) {
+        debug_assert_eq!(self.get(page), PageState::Dirty);
+        self.set(page, PageState::Clean);
+    }
+
     /// A write faulted on a resident `Clean` page: dirty, and a use.
     /// Returns whether it was an unused prefetched page.
     pub fn written(&mut self, page: u32) -> bool {

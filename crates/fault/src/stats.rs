@@ -29,6 +29,7 @@ pub(crate) struct Counters {
     pub evictions_on_fault: AtomicU64,
     pub pages_unshared: AtomicU64,
     pub forks: AtomicU64,
+    pub pages_cleaned_for_fork: AtomicU64,
     pub pages_zeroed_ahead: AtomicU64,
     pub from_staging: AtomicU64,
     pub waited_on_fetch: AtomicU64,
@@ -165,6 +166,9 @@ pub struct HandlerStats {
     pub pages_unshared: u64,
     /// Times the handler parked for a fork (`Region::pause`).
     pub forks: u64,
+    /// `Dirty` pages written to the store before a fork, so that the
+    /// child need not share them (`fork_clean.rs`).
+    pub pages_cleaned_for_fork: u64,
     /// Untouched pages zero-filled along a trend, ahead of their fault.
     pub pages_zeroed_ahead: u64,
     /// Faults on pages whose write-back was still in flight, served from
@@ -310,6 +314,7 @@ impl Counters {
             evictions_on_fault: self.evictions_on_fault.load(Relaxed),
             pages_unshared: self.pages_unshared.load(Relaxed),
             forks: self.forks.load(Relaxed),
+            pages_cleaned_for_fork: self.pages_cleaned_for_fork.load(Relaxed),
             pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
             faults_from_staging: self.from_staging.load(Relaxed),
             faults_waited_on_fetch: self.waited_on_fetch.load(Relaxed),

@@ -1,7 +1,8 @@
-//! fork of a process that owns a region: the child reads every page as it
-//! was at the fork (the shared ones from the kernel, the far ones through
-//! its parent from a snapshot of the store) while the parent rewrites them
-//! all; the parent's eviction copes with pages the fork shared.
+//! fork of a process that owns a region whose pages do not fit its budget:
+//! the parent's dirty pages are written out at the fork, so the child
+//! shares none and reads every page as it was at the fork through its
+//! parent, from a snapshot of the store, while the parent rewrites them all;
+//! the parent's eviction copes with pages the fork had shared.
 
 use memlend_fault::{serve_child, serve_link, ChildRegion, Discarded, LinkSource};
 use memlend_fault::{Region, RegionConfig};
@@ -60,6 +61,15 @@ fn child(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
     if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
         return 2;
     }
+    // The parent wrote every dirty page out before the fork, so the child
+    // shares none: it holds no page it did not bring in itself.
+    let mut mapped = vec![0u8; PAGES];
+    // SAFETY: one byte a page of the region into `mapped`; reads no page.
+    if unsafe { libc::mincore(base as *mut _, PAGES * PAGE_SIZE, mapped.as_mut_ptr()) } != 0
+        || mapped.iter().any(|&b| b & 1 != 0)
+    {
+        return 7;
+    }
     // Written pages are kept; the rest of what is read in is dropped again.
     fill(base, 0..8, 3);
     if first_wrong(base, 8..PAGES, 1).is_some() {
@@ -104,7 +114,7 @@ fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
     let mut owed = Owed::new(PAGES as u64);
     (0..PAGES as u64).filter(|&p| paused.in_store(p)).for_each(|p| owed.set(p));
     let owed_pages = owed.count();
-    assert!(owed_pages >= (PAGES - BUDGET_PAGES) as u64, "{owed_pages} pages in the store");
+    assert_eq!(owed_pages, PAGES as u64, "every page is in the store, mapped or not");
     let snapshot = store.take(owed).unwrap();
     let (parent_end, child_end) = UnixStream::pair().unwrap();
     // SAFETY: the child runs only `child` (its own thread, the region's
@@ -144,6 +154,8 @@ fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
     assert_eq!(first_wrong(base, 0..PAGES, 4), None);
     let h = region.handler_stats();
     assert_eq!(h.forks, 1);
+    let cleaned = h.pages_cleaned_for_fork;
+    assert!(cleaned > 0 && cleaned <= BUDGET_PAGES as u64, "{cleaned} pages cleaned");
     assert!(h.pages_unshared > 0, "no shared page had to be unshared to move out");
     let resident = region.stats().pages_resident as usize;
     assert!(resident <= BUDGET_PAGES, "{resident} pages resident, budget {BUDGET_PAGES}");

@@ -40,6 +40,9 @@ pub struct Config {
     /// A forked child sees far memory as at its fork (`MEMLEND_FOLLOW_FORK`);
     /// off, the region is MADV_DONTFORK and a child has none.
     pub follow_fork: bool,
+    /// Where a forking process spills the old bytes it keeps for a child
+    /// (`MEMLEND_FORK_SPILL_DIR`, /var/tmp when unset).
+    pub fork_spill_dir: PathBuf,
     /// Faults read together share a store read.
     pub batch_fault_reads: bool,
     /// The whole process stays within this (`MEMLEND_MEM`): the far budget
@@ -102,6 +105,8 @@ pub fn from_env() -> Result<Option<Config>> {
         read_block_pages_max,
         huge_pages,
         follow_fork,
+        fork_spill_dir: var(memlend_borrow::env::FORK_SPILL_DIR)
+            .map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from),
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
     }))

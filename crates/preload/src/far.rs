@@ -206,3 +206,13 @@ pub fn in_child() -> bool {
 pub fn follows_fork() -> bool {
     CONFIG.get().is_some_and(|c| c.follow_fork)
 }
+
+/// `memlend run --mem`: the far budget follows the rest of the process.
+pub fn mem_limited() -> bool {
+    CONFIG.get().is_some_and(|c| c.mem_bytes.is_some())
+}
+
+/// `memlend run --fork-spill DIR`.
+pub fn fork_spill_dir() -> Option<&'static std::path::Path> {
+    CONFIG.get().map(|c| c.fork_spill_dir.as_path())
+}

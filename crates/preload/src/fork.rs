@@ -24,6 +24,7 @@ use crate::heap::Heap;
 use memlend_fault::{
     serve_child, serve_link, ChildRegion, ChildSource, Discarded, LinkSource, Paused,
 };
+use memlend_store::file::{FileOptions, FileStore};
 use memlend_store::layer::snapshot::Owed;
 use memlend_store::PAGE_SIZE;
 use std::os::unix::net::UnixStream;
@@ -31,10 +32,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqC
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A child keeps at most this share of the parent's budget of the pages it
-/// reads in and does not write...
-const CHILD_BUDGET_DIV: usize = 4;
+/// reads in and does not write (under a binding limit the parent must give
+/// up as much, and a quarter, 50 MiB of 258, came faster than the parent
+/// could evict: OOM-killed at the fork; a child that reads everything once,
+/// as BGSAVE does, gains nothing from more)...
+const CHILD_BUDGET_DIV: usize = 16;
 /// ...and at least this many.
 const CHILD_BUDGET_PAGES_MIN: usize = 256;
+/// Under `--mem`, what a child needs besides its budget: its copies of the
+/// pages of the rest of the process that either one writes, its page
+/// tables, the parent's buffers for keeping old pages.
+const CHILD_ROOM_BYTES: u64 = 8 << 20;
+
+/// Under `--mem`, the room the live children hold: the parent's far budget
+/// is that much lower while they live (`mem_limit.rs`), and is lowered at
+/// the fork itself, before the child can need it.
+pub static CHILDREN_ROOM_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// What `before` made, for `in_parent` or `in_child`.
 struct Pending {
@@ -45,6 +58,8 @@ struct Pending {
     in_store: Vec<u64>,
     parent_end: UnixStream,
     child_end: UnixStream,
+    /// Held for the child under `--mem` (`make_room_for_child`).
+    room: u64,
 }
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
@@ -96,7 +111,15 @@ fn before_fork() {
 }
 
 fn prepare(heap: &'static Heap) -> anyhow::Result<Pending> {
-    let paused = heap.region.pause()?;
+    ensure_spill(heap);
+    let room = make_room_for_child(heap);
+    let paused = match heap.region.pause() {
+        Ok(paused) => paused,
+        Err(e) => {
+            CHILDREN_ROOM_BYTES.fetch_sub(room, SeqCst);
+            return Err(e.into());
+        }
+    };
     let pages = heap.region.len() as u64 / PAGE_SIZE as u64;
     let mut owed = Owed::new(pages);
     (0..pages).filter(|&p| paused.in_store(p)).for_each(|p| owed.set(p));
@@ -109,16 +132,70 @@ fn prepare(heap: &'static Heap) -> anyhow::Result<Pending> {
     };
     let (parent_end, child_end) = UnixStream::pair()?;
     let in_store = paused.in_store_bits().to_vec();
-    Ok(Pending { paused, snapshot, in_store, parent_end, child_end })
+    Ok(Pending { paused, snapshot, in_store, parent_end, child_end, room })
+}
+
+/// A child's budget, in pages, for a parent whose budget is `parent_pages`.
+fn child_budget_pages(parent_pages: usize) -> usize {
+    (parent_pages / CHILD_BUDGET_DIV).max(CHILD_BUDGET_PAGES_MIN)
+}
+
+/// Under `--mem`: hold room for the child and lower the far budget by it
+/// now (the pause evicts down to it); returns the room, given back when the
+/// child is done (`give_back_room`). Without `--mem` the child's memory is
+/// its own, as a forked child's is.
+fn make_room_for_child(heap: &Heap) -> u64 {
+    if !crate::far::mem_limited() {
+        return 0;
+    }
+    let budget_pages = heap.region.handler_stats().budget_pages as usize;
+    let room = (child_budget_pages(budget_pages) * PAGE_SIZE) as u64 + CHILD_ROOM_BYTES;
+    CHILDREN_ROOM_BYTES.fetch_add(room, SeqCst);
+    let room_pages = (room / PAGE_SIZE as u64) as usize;
+    heap.region.set_budget_pages(budget_pages.saturating_sub(room_pages));
+    room
+}
+
+fn give_back_room(room: u64) {
+    CHILDREN_ROOM_BYTES.fetch_sub(room, SeqCst);
+}
+
+/// The first fork: give the snapshots a file on local disk to keep old
+/// bytes in, so that a parent rewriting its pages while a child reads does
+/// not hold them in memory. Failing that, they are kept in memory (logged).
+fn ensure_spill(heap: &Heap) {
+    if heap.snapshots.has_spill() {
+        return;
+    }
+    let Some(dir) = crate::far::fork_spill_dir() else { return };
+    let path = dir.join(format!(".memlend-fork-{}.spill", std::process::id()));
+    // Room for every page twice (two children at once); sparse until used.
+    let pages = 2 * (heap.region.len() / PAGE_SIZE) as u64;
+    let create = |direct| FileStore::create(&path, pages, FileOptions { direct });
+    let store = create(true).or_else(|_| create(false));
+    // Unlinked at once: the file lives as long as the descriptor.
+    let _ = std::fs::remove_file(&path);
+    match store {
+        Ok(store) => {
+            heap.snapshots.set_spill(Box::new(store));
+        }
+        Err(e) => tracing::warn!(
+            "fork: no spill file in {} ({e}); the old bytes a child owes are kept in memory",
+            dir.display()
+        ),
+    }
 }
 
 fn after_fork_in_parent() {
     let Some(p) = pending().take() else { return };
-    let Pending { paused, snapshot, parent_end, child_end, .. } = p;
+    let Pending { paused, snapshot, parent_end, child_end, room, .. } = p;
     drop(child_end);
     drop(paused);
     FORKING.store(false, SeqCst);
-    let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else { return };
+    let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else {
+        give_back_room(room);
+        return;
+    };
     CHILDREN.fetch_add(1, Relaxed);
     let serve = move || {
         let read = |page: u32, buf: &mut [u8]| {
@@ -132,11 +209,13 @@ fn after_fork_in_parent() {
             Err(e) => tracing::error!("fork: serving a child's far pages: {e}"),
         }
         heap.snapshots.release(id);
+        give_back_room(room);
     };
     let spawned = std::thread::Builder::new().name("memlend-fork".into()).spawn(serve);
     if let Err(e) = spawned {
         tracing::error!("fork: no thread to serve the child's far pages: {e}");
         heap.snapshots.release(id);
+        give_back_room(room);
     }
 }
 
@@ -168,7 +247,7 @@ fn after_fork_in_child() {
         base: heap.region.as_ptr() as usize,
         pages,
         in_store,
-        budget_pages: (budget / CHILD_BUDGET_DIV).max(CHILD_BUDGET_PAGES_MIN),
+        budget_pages: child_budget_pages(budget),
         discarded,
     };
     // A grandchild is not followed (its parent, this child, has no store

@@ -238,6 +238,9 @@ impl Follower {
                 (self.mem_bytes, rest, budget_bytes(self.mem_bytes, rest, self.start_rest_bytes))
             }
         };
+        // Room held for forked children while they live (`fork.rs`).
+        let children = crate::fork::CHILDREN_ROOM_BYTES.load(Relaxed);
+        let budget = budget.saturating_sub(children).max(FLOOR_BYTES);
         if budget <= FLOOR_BYTES {
             self.warn_once(limit, rest);
         }

@@ -155,12 +155,14 @@ pub fn stats_json() -> Option<String> {
     let _ = write!(
         j,
         "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"pages_unshared\":{},\
-         \"fork_kept_pages_peak\":{},",
+         \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_snapshots_given_up\":{},",
         h.forks,
         crate::fork::CHILDREN.load(std::sync::atomic::Ordering::Relaxed),
         crate::fork::PAGES_SENT.load(std::sync::atomic::Ordering::Relaxed),
         h.pages_unshared,
         snapshots.kept_pages_peak,
+        h.pages_cleaned_for_fork,
+        snapshots.given_up,
     );
     let m = heap.copies.stats();
     let _ = write!(

@@ -36,6 +36,7 @@ pub mod relocate;
 mod remap_tests;
 pub mod report;
 pub mod snapshot;
+mod snapshot_spill;
 pub mod stats;
 pub mod stripe;
 mod table;

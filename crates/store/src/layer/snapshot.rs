@@ -17,8 +17,14 @@
 //! concurrently by this layer's callers (the fault handler writes a page
 //! from one place at a time).
 //!
+//! Where the old bytes go: memory, or a spill store given with
+//! `set_spill` (a file on local disk, `snapshot_spill.rs`). A snapshot that
+//! cannot keep a page (the spill store is full or fails) is given up: its
+//! reads fail from then on, and the write that wanted to keep goes on.
+//!
 //! With no snapshot live, a write costs one relaxed load.
 
+use super::snapshot_spill::{broken, read_slot, write_slots, Kept, Spill};
 use crate::{PageStore, ReadOp, StoreError, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -58,13 +64,16 @@ struct Snap {
     id: u64,
     owed: Owed,
     /// Old bytes of owed pages written or discarded since.
-    kept: HashMap<u64, Box<[u8]>>,
+    kept: HashMap<u64, Kept>,
+    /// Why the snapshot was given up, if it was: its reads fail.
+    broken: Option<String>,
 }
 
 #[derive(Default)]
 struct State {
     live: Vec<Snap>,
     next_id: u64,
+    spill: Option<Spill>,
 }
 
 pub struct Snapshots<S> {
@@ -74,6 +83,7 @@ pub struct Snapshots<S> {
     /// Pages kept now, and the most ever kept at once.
     kept_pages: AtomicU64,
     kept_pages_peak: AtomicU64,
+    given_up: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -85,6 +95,8 @@ pub struct SnapshotStats {
     pub kept_pages: u64,
     /// The most pages kept at once, since the layer was made.
     pub kept_pages_peak: u64,
+    /// Snapshots given up because a page could not be kept.
+    pub given_up: u64,
 }
 
 impl<S: PageStore> Snapshots<S> {
@@ -94,6 +106,7 @@ impl<S: PageStore> Snapshots<S> {
             live: AtomicUsize::new(0),
             kept_pages: AtomicU64::new(0),
             kept_pages_peak: AtomicU64::new(0),
+            given_up: AtomicU64::new(0),
             state: Mutex::new(State::default()),
         }
     }
@@ -113,18 +126,47 @@ impl<S: PageStore> Snapshots<S> {
         }
         let id = state.next_id;
         state.next_id += 1;
-        state.live.push(Snap { id, owed, kept: HashMap::new() });
+        state.live.push(Snap { id, owed, kept: HashMap::new(), broken: None });
         self.live.store(state.live.len(), Ordering::SeqCst);
         Ok(id)
+    }
+
+    /// Keep old bytes in `spill` (one slot a page) from now on, not in
+    /// memory. Only the first call counts; whether it did.
+    pub fn set_spill(&self, spill: Box<dyn PageStore>) -> bool {
+        let mut state = self.lock();
+        if state.spill.is_some() {
+            return false;
+        }
+        state.spill = Some(Spill::new(spill));
+        true
+    }
+
+    pub fn has_spill(&self) -> bool {
+        self.lock().spill.is_some()
     }
 
     /// Forget a snapshot and the bytes kept for it.
     pub fn release(&self, id: u64) {
         let mut state = self.lock();
-        let kept: usize = state.live.iter().filter(|s| s.id == id).map(|s| s.kept.len()).sum();
-        self.kept_pages.fetch_sub(kept as u64, Ordering::Relaxed);
-        state.live.retain(|s| s.id != id);
+        let Some(at) = state.live.iter().position(|s| s.id == id) else { return };
+        let mut snap = state.live.swap_remove(at);
+        let none_live = state.live.is_empty();
+        self.forget_kept(state.spill.as_mut(), &mut snap, none_live);
         self.live.store(state.live.len(), Ordering::SeqCst);
+    }
+
+    /// Drop what `snap` kept (it is released, or given up). `none_live`:
+    /// no other snapshot holds a slot.
+    fn forget_kept(&self, spill: Option<&mut Spill>, snap: &mut Snap, none_live: bool) {
+        self.kept_pages.fetch_sub(snap.kept.len() as u64, Ordering::Relaxed);
+        let slots = snap.kept.drain().filter_map(|(_, k)| match k {
+            Kept::Spilled(slot) => Some(slot),
+            Kept::Ram(_) => None,
+        });
+        if let Some(spill) = spill {
+            spill.give_back(slots, none_live);
+        }
     }
 
     pub fn stats(&self) -> SnapshotStats {
@@ -134,6 +176,7 @@ impl<S: PageStore> Snapshots<S> {
             owed_pages: state.live.iter().map(|s| s.owed.count()).sum(),
             kept_pages: state.live.iter().map(|s| s.kept.len() as u64).sum(),
             kept_pages_peak: self.kept_pages_peak.load(Ordering::Relaxed),
+            given_up: self.given_up.load(Ordering::Relaxed),
         }
     }
 
@@ -151,7 +194,9 @@ impl<S: PageStore> Snapshots<S> {
         Ok(())
     }
 
-    /// Copy kept bytes of `page` into `buf`: whether there were any.
+    /// Copy kept bytes of `page` into `buf`: whether there were any. A
+    /// spilled page is read with the lock held, so its slot cannot be given
+    /// back and reused meanwhile.
     fn kept_into(&self, id: u64, page: u64, buf: &mut [u8]) -> StoreResult<bool> {
         let state = self.lock();
         let snap = state
@@ -159,16 +204,21 @@ impl<S: PageStore> Snapshots<S> {
             .iter()
             .find(|s| s.id == id)
             .ok_or_else(|| StoreError::Unavailable(format!("snapshot {id} was released")))?;
+        if let Some(why) = &snap.broken {
+            return Err(StoreError::Unavailable(why.clone()));
+        }
         if !snap.owed.has(page) {
             return Err(StoreError::OutOfRange { page, count: 1, pages: 0 });
         }
         match snap.kept.get(&page) {
-            Some(bytes) => {
-                buf.copy_from_slice(bytes);
-                Ok(true)
+            Some(Kept::Ram(bytes)) => buf.copy_from_slice(bytes),
+            Some(&Kept::Spilled(slot)) => {
+                let spill = state.spill.as_ref().expect("a spilled page has a spill store");
+                read_slot(spill.store(), slot, buf)?;
             }
-            None => Ok(false),
+            None => return Ok(false),
         }
+        Ok(true)
     }
 
     /// Before `pages` change (each with its new bytes, None for a discard):
@@ -196,21 +246,77 @@ impl<S: PageStore> Snapshots<S> {
                 .map(|(&(page, _), buf)| ReadOp { page, buf })
                 .collect();
             self.inner.read(&mut ops)?;
+            let changed: Vec<(u64, &[u8])> = chunk
+                .iter()
+                .zip(old.chunks_exact(PAGE_SIZE))
+                .filter(|&(&(_, new), bytes)| new != Some(bytes))
+                .map(|(&(page, _), bytes)| (page, bytes))
+                .collect();
             let mut state = self.lock();
-            for (&(page, new), bytes) in chunk.iter().zip(old.chunks_exact(PAGE_SIZE)) {
-                if new == Some(bytes) {
-                    continue;
-                }
-                for snap in state.live.iter_mut().filter(|s| s.owed.has(page)) {
-                    if let std::collections::hash_map::Entry::Vacant(e) = snap.kept.entry(page) {
-                        e.insert(bytes.into());
-                        let now = self.kept_pages.fetch_add(1, Ordering::Relaxed) + 1;
-                        self.kept_pages_peak.fetch_max(now, Ordering::Relaxed);
-                    }
-                }
+            // Bounded by SNAPSHOTS_MAX.
+            for at in 0..state.live.len() {
+                self.keep_for(&mut state, at, &changed);
             }
         }
         Ok(())
+    }
+
+    /// Keep, for snapshot `at`, the old bytes of the `changed` pages it owes
+    /// and has not kept: in the spill store if there is one, else in memory.
+    /// If the spill store cannot take them, the snapshot is given up.
+    fn keep_for(&self, state: &mut State, at: usize, changed: &[(u64, &[u8])]) {
+        let State { live, spill, .. } = state;
+        let snap = &mut live[at];
+        if snap.broken.is_some() {
+            return;
+        }
+        let wanted: Vec<(u64, &[u8])> = changed
+            .iter()
+            .filter(|(page, _)| snap.owed.has(*page) && !snap.kept.contains_key(page))
+            .copied()
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let kept: Vec<Kept> = match spill.as_mut() {
+            None => wanted.iter().map(|(_, bytes)| Kept::Ram((*bytes).into())).collect(),
+            Some(spill) => match spill_pages(spill, &wanted) {
+                Ok(slots) => slots.into_iter().map(Kept::Spilled).collect(),
+                Err(e) => {
+                    tracing::error!("snapshot {}: {}", snap.id, broken(&e));
+                    snap.broken = Some(broken(&e));
+                    self.given_up.fetch_add(1, Ordering::Relaxed);
+                    self.forget_kept(Some(spill), snap, false);
+                    return;
+                }
+            },
+        };
+        for ((page, _), k) in wanted.iter().zip(kept) {
+            snap.kept.insert(*page, k);
+        }
+        let now = self.kept_pages.fetch_add(wanted.len() as u64, Ordering::Relaxed);
+        self.kept_pages_peak.fetch_max(now + wanted.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Write `pages` into fresh slots of `spill`: their slots, in order.
+fn spill_pages(spill: &mut Spill, pages: &[(u64, &[u8])]) -> StoreResult<Vec<u64>> {
+    let slots = spill.take_slots(pages.len());
+    let result = if slots.len() < pages.len() {
+        Err(StoreError::NoSpace(format!(
+            "the spill store is full ({} pages)",
+            spill.store().info().pages
+        )))
+    } else {
+        let bytes: Vec<u8> = pages.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+        write_slots(spill.store(), &slots, &bytes)
+    };
+    match result {
+        Ok(()) => Ok(slots),
+        Err(e) => {
+            spill.give_back(slots.into_iter(), false);
+            Err(e)
+        }
     }
 }
 

@@ -100,3 +100,53 @@ fn snapshot_reads_racing_writes_see_only_the_old_bytes() {
     writer.join().unwrap();
     assert_eq!(s.stats().kept_pages, PAGES);
 }
+
+fn with_spill(pages: u64, spill_pages: u64) -> Snapshots<RamStore> {
+    let s = store(pages);
+    let spill = RamStore::new(spill_pages, RamOptions::default()).unwrap();
+    assert!(s.set_spill(Box::new(spill)));
+    assert!(s.has_spill());
+    s
+}
+
+#[test]
+fn kept_pages_go_to_the_spill_store_and_its_slots_are_reused() {
+    let s = with_spill(8, 4);
+    (0..8).for_each(|p| write(&s, p, p as u8 + 1));
+    let first = s.take(owing(8, &[0, 1, 2, 3])).unwrap();
+    (0..4).for_each(|p| write(&s, p, 0x40 + p as u8));
+    (0..4).for_each(|p| assert_eq!(snap_read(&s, first, p), page(p as u8 + 1)));
+    assert_eq!(s.stats().kept_pages, 4);
+    s.release(first);
+    // Every slot is free again: four more pages fit.
+    let second = s.take(owing(8, &[4, 5, 6, 7])).unwrap();
+    (4..8).for_each(|p| write(&s, p, 0x50));
+    (4..8).for_each(|p| assert_eq!(snap_read(&s, second, p), page(p as u8 + 1)));
+    assert_eq!(s.stats().given_up, 0);
+    s.release(second);
+    assert_eq!(s.stats().kept_pages, 0);
+}
+
+#[test]
+fn a_full_spill_store_gives_the_snapshot_up_and_never_the_write() {
+    let s = with_spill(8, 2);
+    (0..8).for_each(|p| write(&s, p, 1));
+    let id = s.take(owing(8, &[0, 1, 2])).unwrap();
+    write(&s, 0, 2);
+    write(&s, 1, 2);
+    assert_eq!(snap_read(&s, id, 0), page(1));
+    write(&s, 2, 2); // no slot left for its old bytes
+    let mut buf = page(0);
+    s.read(&mut [ReadOp { page: 2, buf: &mut buf }]).unwrap();
+    assert_eq!(buf, page(2), "the write went through");
+    assert!(s.read_snapshot(id, 0, &mut buf).is_err(), "the snapshot is given up");
+    let stats = s.stats();
+    assert_eq!((stats.given_up, stats.kept_pages), (1, 0));
+    s.release(id);
+    // A new snapshot has the whole spill store again.
+    let next = s.take(owing(8, &[3, 4])).unwrap();
+    write(&s, 3, 9);
+    write(&s, 4, 9);
+    assert_eq!(snap_read(&s, next, 4), page(1));
+    s.release(next);
+}
