@@ -214,9 +214,10 @@ fn print_forks(reports: &[Value]) {
         return;
     }
     eprintln!(
-        "memlend run: fork: {forks} forks, {} children served; they read {} far pages through \
-         their parent, which wrote {} dirty pages out at the forks, kept at most {} old pages \
-         for them and unshared {} pages to evict them",
+        "memlend run: fork: {forks} forks ({} ms getting ready), {} children served; they read \
+         {} far pages through their parent, which wrote {} dirty pages out at the forks, kept \
+         at most {} old pages for them and unshared {} pages to evict them",
+        sum(reports, "fork_pause_ms"),
         sum(reports, "fork_children"),
         sum(reports, "fork_pages_sent"),
         sum(reports, "fork_pages_cleaned"),

@@ -21,9 +21,9 @@
 //! Failure: a page the parent cannot give is poisoned, and the touching
 //! thread gets SIGBUS: the child dies, it does not hang or read wrong bytes.
 
+use crate::child_cache::ChildCache;
 use crate::uffd::{Msg, Uffd};
 use memlend_store::PAGE_SIZE;
-use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -84,12 +84,13 @@ pub fn serve_child(region: ChildRegion, source: Box<dyn ChildSource>) -> io::Res
     let uffd = Uffd::open_child()?;
     uffd.register(region.base, region.pages as usize * PAGE_SIZE, true)?;
     drop_shared(&region)?;
+    let cache = ChildCache::new(region.pages, region.budget_pages);
     let server = ChildServer {
         uffd,
         region,
         source,
         written: vec![false; 0],
-        kept: VecDeque::new(),
+        cache,
         buf: vec![0; BATCH_PAGES_MAX * PAGE_SIZE],
     };
     std::thread::Builder::new().name("memlend-child".into()).spawn(move || server.run())?;
@@ -134,8 +135,9 @@ struct ChildServer {
     source: Box<dyn ChildSource>,
     /// Pages the child wrote after reading them in: never dropped.
     written: Vec<bool>,
-    /// Pages read in, oldest first (some may since be written).
-    kept: VecDeque<u32>,
+    /// Pages read in and mapped, which to drop first (some may since be
+    /// written; those are never dropped).
+    cache: ChildCache,
     buf: Vec<u8>,
 }
 
@@ -208,7 +210,7 @@ impl ChildServer {
             let addr = self.addr(page);
             let src = &self.buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
             report(page, "copy", resolve(&self.uffd, addr, || self.uffd.copy(addr, src, true)));
-            self.kept.push_back(page);
+            self.cache.read_in(page);
         }
         self.drop_over_budget();
     }
@@ -219,13 +221,13 @@ impl ChildServer {
         in_store.is_some_and(|w| w & (1 << (page % 64)) != 0) && !self.region.discarded.has(page)
     }
 
-    /// Drop the oldest pages read in and not written while more than the
-    /// budget are kept. A write racing the drop waits on this thread (its
-    /// WP fault), finds the page gone, and reads it in again.
+    /// Drop pages read in and not written while more than the budget are
+    /// kept (`child_cache.rs` picks which). A write racing the drop waits on
+    /// this thread (its WP fault), finds the page gone, and reads it in
+    /// again.
     fn drop_over_budget(&mut self) {
-        // Bounded: each turn pops one entry.
-        while self.kept.len() > self.region.budget_pages {
-            let Some(page) = self.kept.pop_front() else { break };
+        // Bounded: each turn takes one page out of the cache.
+        while let Some(page) = self.cache.victim() {
             if self.written[page as usize] {
                 continue;
             }

@@ -44,11 +44,13 @@ impl ChildSource for LinkSource {
 }
 
 /// The parent's end: answer requests with `read` (one page into a 4 KiB
-/// buffer) until the child closes its end (it exited or exec'd). Returns
-/// how many pages were sent.
+/// buffer) until the child closes its end (it exited or exec'd). Each
+/// answer's pages are added to `sent` as they go (a child killed part-way
+/// still shows what it read); returns how many this link sent.
 pub fn serve_link(
     mut stream: UnixStream,
     mut read: impl FnMut(u32, &mut [u8]) -> io::Result<()>,
+    sent_total: &std::sync::atomic::AtomicU64,
 ) -> io::Result<u64> {
     let mut sent = 0u64;
     let mut buf = vec![0u8; LINK_PAGES_MAX * PAGE_SIZE];
@@ -79,6 +81,7 @@ pub fn serve_link(
                 stream.write_all(&[OK])?;
                 stream.write_all(&buf[..n * PAGE_SIZE])?;
                 sent += n as u64;
+                sent_total.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             }
             Some(e) => {
                 tracing::error!("a forked child's far pages: {e}");

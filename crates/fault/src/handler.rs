@@ -237,6 +237,7 @@ impl Handler {
     /// down to it (the victims are clean now: dropped with no write).
     fn park_for_fork(&mut self) {
         use crate::state::PageState::{Clean, InStore};
+        let started = std::time::Instant::now();
         self.ahead.finish_all_fetches(&mut self.core, &mut self.eviction);
         self.eviction.settle_all(&mut self.core);
         if self.core.table.held() > self.core.budget_pages {
@@ -254,6 +255,8 @@ impl Handler {
             }
         }
         Counters::add(&self.core.counters.forks, 1);
+        let took_ns = started.elapsed().as_nanos() as u64;
+        Counters::add(&self.core.counters.fork_pause_ns, took_ns);
         self.pause.park(in_store);
     }
 

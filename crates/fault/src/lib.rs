@@ -16,6 +16,7 @@
 
 mod batch;
 mod child;
+mod child_cache;
 mod child_link;
 mod cpu;
 mod discards;

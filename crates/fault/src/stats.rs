@@ -30,6 +30,7 @@ pub(crate) struct Counters {
     pub pages_unshared: AtomicU64,
     pub forks: AtomicU64,
     pub pages_cleaned_for_fork: AtomicU64,
+    pub fork_pause_ns: AtomicU64,
     pub pages_zeroed_ahead: AtomicU64,
     pub from_staging: AtomicU64,
     pub waited_on_fetch: AtomicU64,
@@ -169,6 +170,9 @@ pub struct HandlerStats {
     /// `Dirty` pages written to the store before a fork, so that the
     /// child need not share them (`fork_clean.rs`).
     pub pages_cleaned_for_fork: u64,
+    /// Time the handler spent getting ready for forks (settling, writing
+    /// dirty pages out, making room), faults waiting meanwhile.
+    pub fork_pause_ns: u64,
     /// Untouched pages zero-filled along a trend, ahead of their fault.
     pub pages_zeroed_ahead: u64,
     /// Faults on pages whose write-back was still in flight, served from
@@ -315,6 +319,7 @@ impl Counters {
             pages_unshared: self.pages_unshared.load(Relaxed),
             forks: self.forks.load(Relaxed),
             pages_cleaned_for_fork: self.pages_cleaned_for_fork.load(Relaxed),
+            fork_pause_ns: self.fork_pause_ns.load(Relaxed),
             pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
             faults_from_staging: self.from_staging.load(Relaxed),
             faults_waited_on_fetch: self.waited_on_fetch.load(Relaxed),

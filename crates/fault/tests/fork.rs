@@ -132,9 +132,10 @@ fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
     let server = {
         let store = store.clone();
         std::thread::spawn(move || {
-            serve_link(parent_end, |page, buf| {
+            let read = |page: u32, buf: &mut [u8]| {
                 store.read_snapshot(snapshot, u64::from(page), buf).map_err(std::io::Error::other)
-            })
+            };
+            serve_link(parent_end, read, &std::sync::atomic::AtomicU64::new(0))
         })
     };
     // Every page rewritten, shared ones and far ones, twice over the budget.

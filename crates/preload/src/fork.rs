@@ -1,6 +1,6 @@
-//! fork of a process with far memory (redis's BGSAVE, for one), with
-//! `memlend run --follow-fork on` (off by default: the region is then
-//! MADV_DONTFORK and a child has no far memory).
+//! fork of a process with far memory (redis's BGSAVE, for one), unless
+//! `memlend run --follow-fork off` (the region is then MADV_DONTFORK and a
+//! child has no far memory).
 //!
 //! The child must see the region as it was at the fork, while the parent
 //! goes on changing it. Around fork (pthread_atfork, registered at load so
@@ -32,11 +32,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqC
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A child keeps at most this share of the parent's budget of the pages it
-/// reads in and does not write (under a binding limit the parent must give
-/// up as much, and a quarter, 50 MiB of 258, came faster than the parent
-/// could evict: OOM-killed at the fork; a child that reads everything once,
-/// as BGSAVE does, gains nothing from more)...
-const CHILD_BUDGET_DIV: usize = 16;
+/// reads in and does not write. Under `--mem` the parent gives up as much
+/// while the child lives. redis's BGSAVE at 50/50 in a 258 MiB memcg read
+/// 1.0 M pages through the parent at a sixteenth (FIFO), 795 K at a
+/// quarter (FIFO), 690 K at an eighth with S3-FIFO (`child_cache.rs`)...
+const CHILD_BUDGET_DIV: usize = 8;
 /// ...and at least this many.
 const CHILD_BUDGET_PAGES_MIN: usize = 256;
 /// Under `--mem`, what a child needs besides its budget: its copies of the
@@ -202,11 +202,8 @@ fn after_fork_in_parent() {
             let read = heap.snapshots.read_snapshot(id, u64::from(page), buf);
             read.map_err(std::io::Error::other)
         };
-        match serve_link(parent_end, read) {
-            Ok(sent) => {
-                PAGES_SENT.fetch_add(sent, Relaxed);
-            }
-            Err(e) => tracing::error!("fork: serving a child's far pages: {e}"),
+        if let Err(e) = serve_link(parent_end, read, &PAGES_SENT) {
+            tracing::error!("fork: serving a child's far pages: {e}");
         }
         heap.snapshots.release(id);
         give_back_room(room);

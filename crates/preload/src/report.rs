@@ -155,7 +155,7 @@ pub fn stats_json() -> Option<String> {
     let _ = write!(
         j,
         "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"pages_unshared\":{},\
-         \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_snapshots_given_up\":{},",
+         \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_snapshots_given_up\":{},\"fork_pause_ms\":{},",
         h.forks,
         crate::fork::CHILDREN.load(std::sync::atomic::Ordering::Relaxed),
         crate::fork::PAGES_SENT.load(std::sync::atomic::Ordering::Relaxed),
@@ -163,6 +163,7 @@ pub fn stats_json() -> Option<String> {
         snapshots.kept_pages_peak,
         h.pages_cleaned_for_fork,
         snapshots.given_up,
+        h.fork_pause_ns / 1_000_000,
     );
     let m = heap.copies.stats();
     let _ = write!(

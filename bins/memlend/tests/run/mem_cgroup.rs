@@ -7,21 +7,36 @@ use memlend_host::cgroup::Hierarchy;
 use std::process::Command;
 
 /// A cgroup made for one test, removed however the test ends.
-struct TestCgroup {
+pub struct TestCgroup {
     hierarchy: Hierarchy,
     rel: String,
-    dir: std::path::PathBuf,
+    pub dir: std::path::PathBuf,
 }
 
+/// For `sh -c JOIN_CGROUP <cgroup dir> <command...>`: the shell joins the
+/// cgroup, then becomes the command.
+pub const JOIN_CGROUP: &str = "echo $$ > \"$0/cgroup.procs\" && exec \"$@\"";
+
 impl TestCgroup {
-    fn make(hierarchy: Hierarchy, limit_bytes: u64) -> TestCgroup {
-        let rel = format!("memlend-test-mem-{}", std::process::id());
+    /// A cgroup of `limit_bytes`, or None (the test is skipped, and says
+    /// why) without root or a memory cgroup hierarchy.
+    pub fn try_make(name: &str, limit_bytes: u64) -> Option<TestCgroup> {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        if unsafe { libc::getuid() } != 0 {
+            memlend_testskip::skip("making a memory cgroup needs root");
+            return None;
+        }
+        let Some(hierarchy) = Hierarchy::detect() else {
+            memlend_testskip::skip("no memory cgroup hierarchy");
+            return None;
+        };
+        let rel = format!("memlend-test-{name}-{}", std::process::id());
         let dir = hierarchy.make(&rel, limit_bytes).expect("make a memory cgroup");
-        TestCgroup { hierarchy, rel, dir }
+        Some(TestCgroup { hierarchy, rel, dir })
     }
 
     /// OOM kills in the cgroup (v1 `memory.oom_control`, v2 `memory.events`).
-    fn oom_kills(&self) -> u64 {
+    pub fn oom_kills(&self) -> u64 {
         let text = ["memory.oom_control", "memory.events"]
             .iter()
             .find_map(|f| std::fs::read_to_string(self.dir.join(f)).ok())
@@ -45,23 +60,14 @@ impl Drop for TestCgroup {
 /// cgroup's OOM killer never fires.
 #[test]
 fn with_mem_in_a_binding_memory_cgroup_its_charge_is_followed() {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    if unsafe { libc::getuid() } != 0 {
-        return memlend_testskip::skip("making a memory cgroup needs root");
-    }
-    let Some(hierarchy) = Hierarchy::detect() else {
-        return memlend_testskip::skip("no memory cgroup hierarchy");
-    };
-    let cg = TestCgroup::make(hierarchy, 64 << 20);
+    let Some(cg) = TestCgroup::try_make("mem", 64 << 20) else { return };
     let donor = Donor::start("256M");
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("far_grow", dir.path());
     let cmd = [prog.to_str().unwrap(), "96", "24"];
     let addr = donor.addr.to_string();
-    // The shell joins the cgroup, then becomes memlend run.
-    let join = "echo $$ > \"$0/cgroup.procs\" && exec \"$@\"";
     let far = Command::new("sh")
-        .args(["-c", join, cg.dir.to_str().unwrap(), MEMLEND, "run", "--preload"])
+        .args(["-c", JOIN_CGROUP, cg.dir.to_str().unwrap(), MEMLEND, "run", "--preload"])
         .arg(shim())
         .args(["--mem", "64M", "--donor", &addr, "--insecure", "--"])
         .args(cmd)

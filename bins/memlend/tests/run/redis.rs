@@ -213,6 +213,19 @@ fn bgsave_under_memlend_writes_the_dataset_as_at_its_fork() {
     redis.set_all(value);
     // The child sleeps 20 us a key, so it reads most pages after the
     // parent has rewritten them and written them back to the store.
+    let err = bgsave_while_rewriting(redis);
+    assert!(err.contains("fork"), "the summary says nothing of the fork:\n{err}");
+
+    let mut plain = Redis::start(&[], dir.path());
+    plain.check_all(value);
+    plain.stop();
+}
+
+/// BGSAVE, with the child slowed down (20 us a key, so it reads most pages
+/// after the parent has rewritten them and written them back to the
+/// store), while every key is rewritten; then every key reads its new
+/// value. Returns the run's stderr.
+fn bgsave_while_rewriting(mut redis: Redis) -> String {
     assert_eq!(redis.call(&[b"CONFIG", b"SET", b"rdb-key-save-delay", b"20"]), b"OK");
     assert_eq!(redis.call(&[b"BGSAVE"]), b"Background saving started");
     redis.set_all(value_after);
@@ -229,7 +242,34 @@ fn bgsave_under_memlend_writes_the_dataset_as_at_its_fork() {
     redis.check_all(value_after);
     let err = redis.stop();
     assert!(faults_from_store(&err) > 0, "far memory was not used:\n{err}");
-    assert!(err.contains("fork"), "the summary says nothing of the fork:\n{err}");
+    err
+}
+
+/// The same under `--mem` in a memory cgroup of as much, a third of what
+/// redis holds: the parent writes its dirty pages out at the fork, the
+/// child shares none, the old pages it owes go to disk, and room is made
+/// for it. Before that, the cgroup OOM-killed redis during the BGSAVE.
+#[test]
+fn bgsave_in_a_binding_memory_cgroup_is_not_oom_killed_and_saves_the_fork_moment() {
+    let Some(cg) = crate::mem_cgroup::TestCgroup::try_make("bgsave", 40 << 20) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let shim = shim();
+    let cg_dir = cg.dir.to_str().unwrap();
+    let join = crate::mem_cgroup::JOIN_CGROUP;
+    let mut run = vec!["sh", "-c", join, cg_dir, MEMLEND, "run", "--preload"];
+    run.extend([shim.to_str().unwrap(), "--mem", "40M", "--ssd", d, "--follow-fork", "on"]);
+    run.extend(["--fork-spill", d, "--"]);
+    let mut redis = Redis::start(&run, dir.path());
+    redis.set_all(value);
+    let err = bgsave_while_rewriting(redis);
+    assert_eq!(cg.oom_kills(), 0, "the cgroup killed a process:\n{err}");
+    let wrote = err
+        .split("which wrote ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(wrote.is_some_and(|n| n > 0), "no dirty page written out at the fork:\n{err}");
 
     let mut plain = Redis::start(&[], dir.path());
     plain.check_all(value);
