@@ -34,7 +34,7 @@ use memlend_store::PAGE_SIZE;
 const CLEAN_CHUNK_PAGES: usize = 32;
 
 impl Eviction {
-    /// Clean every `Dirty` page that can be, a staging half at a time.
+    /// Clean every `Dirty` page that can be, `CLEAN_CHUNK_PAGES` at a time.
     /// Every write-back must be settled (`settle_all`) first.
     pub(crate) fn clean_for_fork(&mut self, core: &mut Core) {
         let dirty: Vec<u32> =

@@ -30,13 +30,16 @@ use memlend_store::PAGE_SIZE;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// A child keeps at most this share of the parent's budget of the pages it
 /// reads in and does not write. Under `--mem` the parent gives up as much
 /// while the child lives. redis's BGSAVE at 50/50 in a 258 MiB memcg read
 /// 1.0 M pages through the parent at a sixteenth (FIFO), 795 K at a
-/// quarter (FIFO), 690 K at an eighth with S3-FIFO (`child_cache.rs`)...
-const CHILD_BUDGET_DIV: usize = 8;
+/// quarter (FIFO), 690 K at an eighth with S3-FIFO (`child_cache.rs`); but
+/// at an eighth the parent served 0.6-0.7x the operations of a sixteenth
+/// (`fork_bgsave4.json`, `fork_bgsave5.json`)...
+const CHILD_BUDGET_DIV: usize = 16;
 /// ...and at least this many.
 const CHILD_BUDGET_PAGES_MIN: usize = 256;
 /// Under `--mem`, what a child needs besides its budget: its copies of the
@@ -44,10 +47,26 @@ const CHILD_BUDGET_PAGES_MIN: usize = 256;
 /// tables, the parent's buffers for keeping old pages.
 const CHILD_ROOM_BYTES: u64 = 8 << 20;
 
-/// Under `--mem`, the room the live children hold: the parent's far budget
-/// is that much lower while they live (`mem_limit.rs`), and is lowered at
-/// the fork itself, before the child can need it.
-pub static CHILDREN_ROOM_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Under `--mem`, how long the room made at a fork is held. The child fills
+/// its budget within about this; from then on the `--mem` follower sees the
+/// child's charge, and room held on top of it took the parent's memory
+/// twice (held for the child's whole life: the parent served 0.69-0.81x
+/// swap to disk's operations during a BGSAVE, `fork_bgsave5.json`).
+const ROOM_HOLD: Duration = Duration::from_secs(2);
+
+/// Under `--mem`, room held for children forked lately: (until, bytes).
+/// Forks are one at a time and each entry lives `ROOM_HOLD`, so it stays
+/// short.
+static ROOMS: Mutex<Vec<(Instant, u64)>> = Mutex::new(Vec::new());
+
+/// The room children forked lately hold: the parent's far budget is that
+/// much lower (`mem_limit.rs`), from before the fork itself.
+pub fn children_room_bytes() -> u64 {
+    let now = Instant::now();
+    let mut rooms = ROOMS.lock().unwrap_or_else(|e| e.into_inner());
+    rooms.retain(|&(until, _)| until > now);
+    rooms.iter().map(|&(_, bytes)| bytes).sum()
+}
 
 /// What `before` made, for `in_parent` or `in_child`.
 struct Pending {
@@ -58,8 +77,6 @@ struct Pending {
     in_store: Vec<u64>,
     parent_end: UnixStream,
     child_end: UnixStream,
-    /// Held for the child under `--mem` (`make_room_for_child`).
-    room: u64,
 }
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
@@ -112,14 +129,8 @@ fn before_fork() {
 
 fn prepare(heap: &'static Heap) -> anyhow::Result<Pending> {
     ensure_spill(heap);
-    let room = make_room_for_child(heap);
-    let paused = match heap.region.pause() {
-        Ok(paused) => paused,
-        Err(e) => {
-            CHILDREN_ROOM_BYTES.fetch_sub(room, SeqCst);
-            return Err(e.into());
-        }
-    };
+    make_room_for_child(heap);
+    let paused = heap.region.pause()?;
     let pages = heap.region.len() as u64 / PAGE_SIZE as u64;
     let mut owed = Owed::new(pages);
     (0..pages).filter(|&p| paused.in_store(p)).for_each(|p| owed.set(p));
@@ -132,7 +143,7 @@ fn prepare(heap: &'static Heap) -> anyhow::Result<Pending> {
     };
     let (parent_end, child_end) = UnixStream::pair()?;
     let in_store = paused.in_store_bits().to_vec();
-    Ok(Pending { paused, snapshot, in_store, parent_end, child_end, room })
+    Ok(Pending { paused, snapshot, in_store, parent_end, child_end })
 }
 
 /// A child's budget, in pages, for a parent whose budget is `parent_pages`.
@@ -140,24 +151,21 @@ fn child_budget_pages(parent_pages: usize) -> usize {
     (parent_pages / CHILD_BUDGET_DIV).max(CHILD_BUDGET_PAGES_MIN)
 }
 
-/// Under `--mem`: hold room for the child and lower the far budget by it
-/// now (the pause evicts down to it); returns the room, given back when the
-/// child is done (`give_back_room`). Without `--mem` the child's memory is
-/// its own, as a forked child's is.
-fn make_room_for_child(heap: &Heap) -> u64 {
+/// Under `--mem`: hold room for the child for `ROOM_HOLD` and lower the far
+/// budget by it now (the pause evicts down to it). Without `--mem` the
+/// child's memory is its own, as a forked child's is.
+fn make_room_for_child(heap: &Heap) {
     if !crate::far::mem_limited() {
-        return 0;
+        return;
     }
     let budget_pages = heap.region.handler_stats().budget_pages as usize;
     let room = (child_budget_pages(budget_pages) * PAGE_SIZE) as u64 + CHILD_ROOM_BYTES;
-    CHILDREN_ROOM_BYTES.fetch_add(room, SeqCst);
+    let mut rooms = ROOMS.lock().unwrap_or_else(|e| e.into_inner());
+    rooms.retain(|&(until, _)| until > Instant::now());
+    rooms.push((Instant::now() + ROOM_HOLD, room));
+    drop(rooms);
     let room_pages = (room / PAGE_SIZE as u64) as usize;
     heap.region.set_budget_pages(budget_pages.saturating_sub(room_pages));
-    room
-}
-
-fn give_back_room(room: u64) {
-    CHILDREN_ROOM_BYTES.fetch_sub(room, SeqCst);
 }
 
 /// The first fork: give the snapshots a file on local disk to keep old
@@ -188,14 +196,11 @@ fn ensure_spill(heap: &Heap) {
 
 fn after_fork_in_parent() {
     let Some(p) = pending().take() else { return };
-    let Pending { paused, snapshot, parent_end, child_end, room, .. } = p;
+    let Pending { paused, snapshot, parent_end, child_end, .. } = p;
     drop(child_end);
     drop(paused);
     FORKING.store(false, SeqCst);
-    let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else {
-        give_back_room(room);
-        return;
-    };
+    let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else { return };
     CHILDREN.fetch_add(1, Relaxed);
     let serve = move || {
         let read = |page: u32, buf: &mut [u8]| {
@@ -206,13 +211,11 @@ fn after_fork_in_parent() {
             tracing::error!("fork: serving a child's far pages: {e}");
         }
         heap.snapshots.release(id);
-        give_back_room(room);
     };
     let spawned = std::thread::Builder::new().name("memlend-fork".into()).spawn(serve);
     if let Err(e) = spawned {
         tracing::error!("fork: no thread to serve the child's far pages: {e}");
         heap.snapshots.release(id);
-        give_back_room(room);
     }
 }
 

@@ -239,7 +239,7 @@ impl Follower {
             }
         };
         // Room held for forked children while they live (`fork.rs`).
-        let children = crate::fork::CHILDREN_ROOM_BYTES.load(Relaxed);
+        let children = crate::fork::children_room_bytes();
         let budget = budget.saturating_sub(children).max(FLOOR_BYTES);
         if budget <= FLOOR_BYTES {
             self.warn_once(limit, rest);
