@@ -497,6 +497,8 @@ class Bench:
 
     def memlend_peer_args(self, peer):
         base = self.a.memlend_args or ""
+        if self.a.bgsave and "--follow-fork" not in base:
+            base = (base + " --follow-fork on").strip()  # off by default: the child would SIGSEGV
         return (base + " " + self.variants[peer]).strip() if peer in self.variants else base
 
     def zswap_on(self):

@@ -107,7 +107,9 @@ impl Eviction {
     }
 
     /// Map a moved page back: write-protected and `Clean` if its write went
-    /// through, else writable and still `Dirty`.
+    /// through, else writable and still `Dirty`. One written but not mapped
+    /// back (the copy needs a page, and the process may be at its memory
+    /// limit) is in the store: it is `InStore`, as if evicted.
     fn map_back_after_clean(&self, core: &mut Core, slot: usize, page: u32, written: bool) {
         match self.copy_back(core, slot, page, written) {
             Ok(()) if written => {
@@ -115,6 +117,11 @@ impl Eviction {
                 Counters::add(&core.counters.pages_cleaned_for_fork, 1);
             }
             Ok(()) => {}
+            Err(e) if written => {
+                tracing::warn!("fault handler: page {page} written for a fork stays out: {e}");
+                core.table.forget(page);
+                core.table.evicted(page);
+            }
             Err(e) => {
                 tracing::error!("fault handler: page {page} lost, cannot map it back: {e}");
                 core.table.forget(page);

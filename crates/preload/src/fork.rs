@@ -1,6 +1,6 @@
-//! fork of a process with far memory (redis's BGSAVE, for one), unless
-//! `memlend run --follow-fork off` (the region is then MADV_DONTFORK and a
-//! child has no far memory).
+//! fork of a process with far memory (redis's BGSAVE, for one), with
+//! `memlend run --follow-fork on` (off by default: the region is then
+//! MADV_DONTFORK and a child has no far memory).
 //!
 //! The child must see the region as it was at the fork, while the parent
 //! goes on changing it. Around fork (pthread_atfork, registered at load so

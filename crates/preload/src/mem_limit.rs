@@ -40,6 +40,10 @@
 //! 113-117 MiB by the resident-set rule, with 94 MiB far: it counted 5 MiB
 //! of shared libraries the memcg did not charge, and the floor.)
 //!
+//! A fork (`fork.rs`) holds room for the child for two seconds: the budget
+//! is that much lower, from before the fork, until the child's own charge
+//! shows in the cgroup's.
+//!
 //! The rest is a difference of two samples taken at slightly different
 //! moments (the resident set or charge now, the region's own as of the
 //! handler's last turn), and a miss-timed pair reads it low: a program
