@@ -236,17 +236,23 @@ impl Handler {
     /// until the owner has forked. Then, if the budget was lowered, evict
     /// down to it (the victims are clean now: dropped with no write).
     fn park_for_fork(&mut self) {
+        use crate::pause::PauseStep;
         use crate::state::PageState::{Clean, InStore};
         let started = std::time::Instant::now();
+        self.pause.at(PauseStep::Fetches);
         self.ahead.finish_all_fetches(&mut self.core, &mut self.eviction);
+        self.pause.at(PauseStep::WriteBacks);
         self.eviction.settle_all(&mut self.core);
         if self.core.table.held() > self.core.budget_pages {
+            self.pause.at(PauseStep::Cleaning);
             self.eviction.clean_for_fork(&mut self.core);
             // The owner may have lowered the budget to make room for the
             // child (`--mem`): give the room now, before the child needs it.
+            self.pause.at(PauseStep::Evicting);
             self.follow_budget();
             self.eviction.evict_down_to_budget(&mut self.core);
         }
+        self.pause.at(PauseStep::Listing);
         let pages = self.core.pages;
         let mut in_store = vec![0u64; (pages as usize).div_ceil(64)];
         for page in 0..pages {

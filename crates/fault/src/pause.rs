@@ -10,12 +10,38 @@
 //! pause ends. Faults that come meanwhile wait, as they would for any slow
 //! store read.
 
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long `Region::pause` waits for the handler to park before it looks
 /// whether the handler thread is still there.
 const PARK_LOOK_MS: u64 = 10;
+/// A pause that takes longer than this is logged, with the step the handler
+/// is at, and again at each multiple: one benchmark run stalled at a fork
+/// with nothing to say where ("Forked children" in DESIGN.md).
+const SLOW_PAUSE: Duration = Duration::from_secs(5);
+
+/// What the handler is doing on its way to park, for the slow-pause log.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+pub(crate) enum PauseStep {
+    Asked = 0,
+    Fetches = 1,
+    WriteBacks = 2,
+    Cleaning = 3,
+    Evicting = 4,
+    Listing = 5,
+}
+
+const STEP_NAMES: [&str; 6] = [
+    "has not seen the request",
+    "finishing reads in flight",
+    "finishing write-backs in flight",
+    "writing dirty pages out",
+    "evicting down to the lowered budget",
+    "listing the pages in the store",
+];
 
 #[derive(Default)]
 enum Phase {
@@ -33,6 +59,7 @@ enum Phase {
 pub(crate) struct Pause {
     phase: Mutex<Phase>,
     changed: Condvar,
+    step: AtomicU8,
 }
 
 impl Pause {
@@ -42,7 +69,13 @@ impl Pause {
 
     /// The owner: ask the handler to park. The bell must be rung after.
     pub(crate) fn ask(&self) {
+        self.step.store(PauseStep::Asked as u8, Relaxed);
         *self.lock() = Phase::Asked;
+    }
+
+    /// The handler: where it is on its way to park.
+    pub(crate) fn at(&self, step: PauseStep) {
+        self.step.store(step as u8, Relaxed);
     }
 
     /// The handler: is a pause asked for?
@@ -63,8 +96,19 @@ impl Pause {
     /// The owner: wait until the handler parks, and take its list. None if
     /// `alive` says the handler thread is gone (it would never park).
     pub(crate) fn wait_parked(&self, alive: impl Fn() -> bool) -> Option<Vec<u64>> {
+        let started = Instant::now();
+        let mut next_log = SLOW_PAUSE;
         let mut phase = self.lock();
+        // Bounded by the handler's turn: it parks, or its thread ends.
         loop {
+            if started.elapsed() >= next_log {
+                let step = STEP_NAMES.get(self.step.load(Relaxed) as usize).unwrap_or(&"?");
+                tracing::error!(
+                    "fork: the fault handler is not ready after {} s; it is {step}",
+                    next_log.as_secs()
+                );
+                next_log += SLOW_PAUSE;
+            }
             if let Phase::Parked(_) = *phase {
                 let Phase::Parked(bits) = std::mem::replace(&mut *phase, Phase::Held) else {
                     unreachable!("matched just above")
