@@ -497,8 +497,6 @@ class Bench:
 
     def memlend_peer_args(self, peer):
         base = self.a.memlend_args or ""
-        if self.a.bgsave and "--follow-fork" not in base:
-            base = (base + " --follow-fork on").strip()  # off by default: the child would SIGSEGV
         return (base + " " + self.variants[peer]).strip() if peer in self.variants else base
 
     def zswap_on(self):
@@ -680,6 +678,7 @@ class Bench:
                     errors.append(f"warm-up: {res.get('error') or res.get('first_error') or ''} "
                                   f"misses {res.get('misses')} bad {res.get('bad_values')}")
             # the timed phase
+            bgsave = None
             if not errors and server.poll() is None:
                 vm1, psi1, live1 = vmstat_all(), common.cpu_psi_total_us(), memlend_live()
                 bgsave = BgSave(port, a.seconds + 600) if a.bgsave and app.name == "redis" else None
@@ -733,6 +732,9 @@ class Bench:
             dead = any("connection lost" in e or "did not finish" in e for e in errors)
             if dead and server.poll() is None:
                 errors.append("the server stopped answering")
+            if (dead or (bgsave and not bgsave.out.get("bgsave_ok"))) and server.poll() is None:
+                row["stall_tasks"] = task_stacks(m.cg)
+                print("    stalled; its tasks:\n" + "\n".join("      " + t for t in row["stall_tasks"]))
             if server.poll() is None and not dead:
                 try:
                     cnt = app.count(port)
@@ -863,6 +865,35 @@ def foreign_procs():
 
 # memlend's counters that say where a page came back from (`memlend top`'s live files)
 LIVE_KEYS = ("faults_from_store", "faults_from_pool", "faults_write_protect", "pages_written_back")
+
+
+def task_stacks(cg):
+    """Every thread in memory cgroup `cg`: 'pid/tid comm state wchan | kernel stack', for a
+    run that stalled: where each one waits (the kernel stack needs root)."""
+    out = []
+    try:
+        with open(os.path.join(cg, "cgroup.procs")) as f:
+            pids = [p.strip() for p in f if p.strip()]
+    except OSError as e:
+        return [f"cannot list {cg}: {e}"]
+    for pid in pids[:64]:
+        with contextlib.suppress(OSError):
+            for tid in sorted(os.listdir(f"/proc/{pid}/task"))[:64]:
+                d = f"/proc/{pid}/task/{tid}"
+                parts = []
+                for name in ("comm", "wchan", "stack"):
+                    try:
+                        with open(f"{d}/{name}") as f:
+                            parts.append(f.read().strip().replace("\n", " < "))
+                    except OSError as e:
+                        parts.append(f"({name}: {e.strerror})")
+                try:
+                    with open(f"{d}/stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    state = "?"
+                out.append(f"{pid}/{tid} {parts[0]} {state} {parts[1]} | {parts[2][:600]}")
+    return out
 
 
 def memlend_live():

@@ -96,8 +96,8 @@ pub struct RunArgs {
     /// A forked child (redis's BGSAVE) sees far memory as it was at the
     /// fork, read through its parent (docs/run.md, "fork"). Off: a child
     /// has no far memory, and touching it is SIGSEGV; a fork then costs
-    /// nothing. Experimental: one benchmark run of eleven stalled at a fork.
-    #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
+    /// nothing.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub follow_fork: String,
     /// Where a forking process keeps the bytes its child still owes to
     /// read while the parent rewrites them: an unlinked file on local

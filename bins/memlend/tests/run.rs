@@ -171,7 +171,8 @@ fn forked_children_see_far_memory_as_at_their_fork_while_the_parent_rewrites_it(
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("far_fork", dir.path());
     let ssd = dir.path().to_str().unwrap();
-    let args = ["--local", "8M", "--ssd", ssd, "--follow-fork", "on"];
+    // No flag: forks are followed by default.
+    let args = ["--local", "8M", "--ssd", ssd];
     let out = memlend_run(&args, &[prog.to_str().unwrap(), "32"]);
     let err = text(&out.stderr);
     assert!(out.status.success(), "{}\n{err}", out.status);

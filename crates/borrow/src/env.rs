@@ -38,7 +38,7 @@ pub const READ_BLOCK_PAGES: &str = "MEMLEND_READ_BLOCK_PAGES";
 /// "on" (the default) or "off": while every far page fits the budget,
 /// collapse full 2 MiB chunks into huge pages (`memlend_fault::Tuning::huge_pages`).
 pub const HUGE_PAGES: &str = "MEMLEND_HUGE_PAGES";
-/// `memlend run --follow-fork`: `on` or `off` (the default).
+/// `memlend run --follow-fork`: `on` (the default) or `off`.
 pub const FOLLOW_FORK: &str = "MEMLEND_FOLLOW_FORK";
 /// `memlend run --fork-spill`: the directory where a forked child's parent
 /// keeps the old bytes of pages it rewrites (an unlinked file; /var/tmp

@@ -86,8 +86,8 @@ pub fn from_env() -> Result<Option<Config>> {
     let read_block_pages_max = pages(memlend_borrow::env::READ_BLOCK_PAGES)?;
     let huge_pages = on_off(memlend_borrow::env::HUGE_PAGES)?;
     let follow_fork = match var(memlend_borrow::env::FOLLOW_FORK).as_deref() {
-        None | Some("off") => false,
-        Some("on") => true,
+        Some("off") => false,
+        None | Some("on") => true,
         Some(other) => bail!("{}={other}: expected on or off", memlend_borrow::env::FOLLOW_FORK),
     };
     let batch_fault_reads = on_off(memlend_borrow::env::BATCH_FAULTS)?;

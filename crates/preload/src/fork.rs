@@ -1,5 +1,5 @@
 //! fork of a process with far memory (redis's BGSAVE, for one), with
-//! `memlend run --follow-fork on` (off by default: the region is then
+//! `memlend run --follow-fork on`, the default (with `off` the region is
 //! MADV_DONTFORK and a child has no far memory).
 //!
 //! The child must see the region as it was at the fork, while the parent
@@ -118,10 +118,12 @@ fn before_fork() {
     while FORKING.swap(true, SeqCst) {
         std::thread::sleep(std::time::Duration::from_micros(100));
     }
+    crate::fork_watch::fork_begins();
     match prepare(heap) {
         Ok(p) => *pending() = Some(p),
         Err(e) => {
             tracing::error!("fork: far memory cannot follow the child: {e:#}");
+            crate::fork_watch::fork_done();
             FORKING.store(false, SeqCst);
         }
     }
@@ -199,6 +201,7 @@ fn after_fork_in_parent() {
     let Pending { paused, snapshot, parent_end, child_end, .. } = p;
     drop(child_end);
     drop(paused);
+    crate::fork_watch::fork_done();
     FORKING.store(false, SeqCst);
     let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else { return };
     CHILDREN.fetch_add(1, Relaxed);

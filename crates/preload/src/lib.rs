@@ -11,10 +11,11 @@
 //!   (the global allocator below), so it cannot re-enter itself. The
 //!   program's small allocations go to the next allocator in link order
 //!   (glibc's, or the program's own, such as redis-server's jemalloc).
-//! - fork: by default the region is MADV_DONTFORK and a child has no far
-//!   memory (a touch is SIGSEGV); with `--follow-fork on` the child sees
-//!   the region as it was at the fork, served by a handler of its own that
-//!   reads far pages through its parent (`fork.rs`). Either way its new
+//! - fork: by default the child sees the region as it was at the fork,
+//!   served by a handler of its own that reads far pages through its
+//!   parent (`fork.rs`); with `--follow-fork off` the region is
+//!   MADV_DONTFORK and a child has no far memory (a touch is SIGSEGV).
+//!   Either way its new
 //!   large allocations are local, and its frees of far blocks are no-ops. exec: a new program starts a region of its own if
 //!   it makes large allocations.
 //!
@@ -28,6 +29,7 @@ mod arena;
 mod config;
 mod far;
 mod fork;
+mod fork_watch;
 mod heap;
 mod libc_alloc;
 mod live;

@@ -202,13 +202,13 @@ fn value_after(i: usize) -> Vec<u8> {
 
 /// BGSAVE forks; the child writes the dataset as it was at the fork while
 /// the parent rewrites every key. A plain redis-server then loads the dump
-/// and finds every value as it was before the rewrite.
+/// and finds every value as it was before the rewrite. No flag: forks are
+/// followed by default.
 #[test]
 fn bgsave_under_memlend_writes_the_dataset_as_at_its_fork() {
     let dir = tempfile::tempdir().unwrap();
     let shim = shim();
-    let follow = ["--follow-fork", "on"];
-    let run = memlend_redis(dir.path().to_str().unwrap(), shim.to_str().unwrap(), &follow);
+    let run = memlend_redis(dir.path().to_str().unwrap(), shim.to_str().unwrap(), &[]);
     let mut redis = Redis::start(&run, dir.path());
     redis.set_all(value);
     // The child sleeps 20 us a key, so it reads most pages after the
@@ -258,7 +258,7 @@ fn bgsave_in_a_binding_memory_cgroup_is_not_oom_killed_and_saves_the_fork_moment
     let cg_dir = cg.dir.to_str().unwrap();
     let join = crate::mem_cgroup::JOIN_CGROUP;
     let mut run = vec!["sh", "-c", join, cg_dir, MEMLEND, "run", "--preload"];
-    run.extend([shim.to_str().unwrap(), "--mem", "40M", "--ssd", d, "--follow-fork", "on"]);
+    run.extend([shim.to_str().unwrap(), "--mem", "40M", "--ssd", d]);
     run.extend(["--fork-spill", d, "--"]);
     let mut redis = Redis::start(&run, dir.path());
     redis.set_all(value);
