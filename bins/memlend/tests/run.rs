@@ -153,6 +153,22 @@ fn redis_server_keeps_every_value() {
     redis::keeps_every_value(&[]);
 }
 
+/// Python's multiprocessing with the fork start method, by default: three
+/// workers read the arrays they inherited, as at their fork, while the
+/// parent rewrites them, and grow an inherited list (a realloc of the
+/// parent's far block, which failed with MemoryError before).
+#[test]
+fn python_multiprocessing_workers_see_their_parents_arrays_and_grow_its_list() {
+    let python = "/usr/bin/python3";
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/progs/mp_fork.py");
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = [python, script, "48"];
+    let far = memlend_run(&["--local", "24M", "--ssd", dir.path().to_str().unwrap()], &cmd);
+    assert_same_output_and_far(&far, &plain_run(&cmd));
+    let err = text(&far.stderr);
+    assert!(err.contains("fork: 3 forks"), "the workers were not followed:\n{err}");
+}
+
 #[test]
 fn without_follow_fork_a_forked_child_has_no_far_memory_and_the_parent_keeps_its_own() {
     let dir = tempfile::tempdir().unwrap();

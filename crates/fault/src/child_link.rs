@@ -8,7 +8,8 @@
 
 use crate::child::ChildSource;
 use memlend_store::PAGE_SIZE;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 /// Pages one request may ask for.
@@ -33,7 +34,7 @@ impl ChildSource for LinkSource {
         let mut request = Vec::with_capacity(4 * (1 + pages.len()));
         request.extend_from_slice(&(pages.len() as u32).to_le_bytes());
         pages.iter().for_each(|p| request.extend_from_slice(&p.to_le_bytes()));
-        self.stream.write_all(&request)?;
+        send_all(&self.stream, &request)?;
         let mut status = [0u8];
         self.stream.read_exact(&mut status)?;
         if status[0] != OK {
@@ -58,7 +59,7 @@ pub fn serve_link(
         let mut count = [0u8; 4];
         match stream.read_exact(&mut count) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(sent),
+            Err(e) if child_gone(&e) => return Ok(sent),
             Err(e) => return Err(e),
         }
         let n = u32::from_le_bytes(count) as usize;
@@ -66,7 +67,11 @@ pub fn serve_link(
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("asked for {n} pages")));
         }
         let mut pages = [0u8; 4 * LINK_PAGES_MAX];
-        stream.read_exact(&mut pages[..4 * n])?;
+        match stream.read_exact(&mut pages[..4 * n]) {
+            Ok(()) => {}
+            Err(e) if child_gone(&e) => return Ok(sent),
+            Err(e) => return Err(e),
+        }
         let pages =
             pages[..4 * n].chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         let mut failed = None;
@@ -76,17 +81,87 @@ pub fn serve_link(
                 break;
             }
         }
-        match failed {
+        let answered = match &failed {
             None => {
-                stream.write_all(&[OK])?;
-                stream.write_all(&buf[..n * PAGE_SIZE])?;
-                sent += n as u64;
-                sent_total.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                send_all(&stream, &[OK]).and_then(|()| send_all(&stream, &buf[..n * PAGE_SIZE]))
             }
             Some(e) => {
                 tracing::error!("a forked child's far pages: {e}");
-                stream.write_all(&[FAILED])?;
+                send_all(&stream, &[FAILED])
             }
+        };
+        match answered {
+            Ok(()) if failed.is_none() => {
+                sent += n as u64;
+                sent_total.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(()) => {}
+            Err(e) if child_gone(&e) => return Ok(sent),
+            Err(e) => return Err(e),
         }
+    }
+}
+
+/// The child's end closed: it exited, exec'd or was killed, maybe in the
+/// middle of a request. Not an error: that is how every link ends.
+fn child_gone(e: &io::Error) -> bool {
+    use io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe)
+}
+
+/// write_all with MSG_NOSIGNAL: a write to a closed end must be an error
+/// (EPIPE), never a SIGPIPE, which would end a program that does not
+/// ignore it (the parent, when a child dies with a request in flight).
+fn send_all(stream: &UnixStream, mut buf: &[u8]) -> io::Result<()> {
+    // Bounded: each turn sends at least a byte or fails (EINTR retried).
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for `buf.len()` bytes; the descriptor is
+        // the stream's own, open while `stream` lives.
+        let sent = unsafe {
+            libc::send(stream.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL)
+        };
+        if sent < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[sent as usize..];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::atomic::AtomicU64;
+
+    /// A child that asks and dies before reading the answer ends the link
+    /// quietly: the parent's send fails (EPIPE or ECONNRESET), not the
+    /// parent.
+    #[test]
+    fn a_child_gone_mid_request_ends_the_link_without_an_error() {
+        let (parent, mut child) = UnixStream::pair().unwrap();
+        let mut request = 16u32.to_le_bytes().to_vec();
+        (0..16u32).for_each(|p| request.extend_from_slice(&p.to_le_bytes()));
+        child.write_all(&request).unwrap();
+        let sent = AtomicU64::new(0);
+        let read = |_: u32, buf: &mut [u8]| {
+            buf.fill(7);
+            Ok(())
+        };
+        drop(child);
+        assert_eq!(serve_link(parent, read, &sent).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_request_for_too_many_pages_is_an_error() {
+        let (parent, mut child) = UnixStream::pair().unwrap();
+        child.write_all(&(LINK_PAGES_MAX as u32 + 1).to_le_bytes()).unwrap();
+        let read = |_: u32, _: &mut [u8]| Ok(());
+        let err = serve_link(parent, read, &AtomicU64::new(0)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
 }

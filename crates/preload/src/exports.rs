@@ -64,10 +64,8 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     if ptr.is_null() {
         return ops::malloc_any(size);
     }
-    if far::contains(ptr as usize) && far::heap().is_none() {
-        tracing::error!("realloc of the parent's far memory in a forked child is not supported");
-        sys::set_errno(libc::ENOMEM);
-        return null_mut();
+    if let Some(new) = ops::realloc_parent_block(ptr, size) {
+        return new; // null: malloc set errno, or a realloc to 0 (a free)
     }
     if let Some((heap, page, block)) = ops::malloc_block(ptr) {
         if size == 0 {

@@ -88,6 +88,32 @@ pub static CHILDREN: AtomicU64 = AtomicU64::new(0);
 /// In a forked child: the pages it threw away, which read zero.
 static DISCARDED: OnceLock<Arc<Discarded>> = OnceLock::new();
 
+/// The far heap's arena, held by the forking thread across the fork, so
+/// that a child finds it whole: its realloc and malloc_usable_size of the
+/// parent's blocks read it, and another thread's allocation cut in half
+/// would leave it locked for ever in the child. (Not a thread-local: its
+/// destructor's registration is allocated by glibc inside the fork
+/// handlers, then freed through the program's allocator at exit; jemalloc
+/// crashed on that.)
+static ARENA_HELD: Mutex<Option<HeldArena>> = Mutex::new(None);
+
+struct HeldArena(#[allow(dead_code)] std::sync::MutexGuard<'static, crate::arena::Arena>);
+
+// SAFETY: the guard is taken in `before` and dropped in `in_parent` or
+// `in_child`, all run by the forking thread (the child's one thread is
+// that thread's copy); `FORKING` keeps forks one at a time.
+unsafe impl Send for HeldArena {}
+
+fn hold_arena(heap: &'static Heap) {
+    let guard = HeldArena(heap.arena());
+    *ARENA_HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+}
+
+fn release_arena() {
+    let held = ARENA_HELD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(held);
+}
+
 fn pending() -> std::sync::MutexGuard<'static, Option<Pending>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -119,6 +145,9 @@ fn before_fork() {
         std::thread::sleep(std::time::Duration::from_micros(100));
     }
     crate::fork_watch::fork_begins();
+    // Taken before the pause: no thread holds it while it waits on the
+    // handler (the heap's frees discard pages outside it).
+    hold_arena(heap);
     match prepare(heap) {
         Ok(p) => *pending() = Some(p),
         Err(e) => {
@@ -197,6 +226,7 @@ fn ensure_spill(heap: &Heap) {
 }
 
 fn after_fork_in_parent() {
+    release_arena();
     let Some(p) = pending().take() else { return };
     let Pending { paused, snapshot, parent_end, child_end, .. } = p;
     drop(child_end);
@@ -223,6 +253,7 @@ fn after_fork_in_parent() {
 }
 
 fn after_fork_in_child() {
+    release_arena();
     let Some(heap) = crate::far::ready_heap() else { return };
     crate::far::became_child();
     if !crate::far::follows_fork() {

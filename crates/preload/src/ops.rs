@@ -45,18 +45,31 @@ fn full_once(size: usize) {
 /// the region (an object another allocator carved from memory it got from
 /// our mmap) belongs to that allocator.
 pub fn malloc_block(ptr: *mut c_void) -> Option<(&'static far::Heap, u64, Block)> {
+    let heap = far::heap()?;
+    block_in(heap, ptr).map(|(page, block)| (heap, page, block))
+}
+
+/// In a forked child: the parent's far malloc block starting at `ptr`, as
+/// at the fork (the fork handlers hold the arena still across it).
+fn parent_block(ptr: *mut c_void) -> Option<Block> {
+    if !far::in_child() {
+        return None;
+    }
+    block_in(far::any_heap()?, ptr).map(|(_, block)| block)
+}
+
+fn block_in(heap: &far::Heap, ptr: *mut c_void) -> Option<(u64, Block)> {
     if !far::contains(ptr as usize) || !(ptr as usize).is_multiple_of(PAGE_SIZE) {
         return None;
     }
-    let heap = far::heap()?;
     let page = heap.page_of(ptr as usize);
     let block = heap.arena().block(page).filter(|b| !b.mapped)?;
-    Some((heap, page, block))
+    Some((page, block))
 }
 
 /// Free a far malloc block. `false`: not one of ours, pass it on.
 pub fn free(ptr: *mut c_void) -> bool {
-    if far::contains(ptr as usize) && far::heap().is_none() {
+    if parent_block(ptr).is_some() {
         return true; // a forked child: the parent's block, kept as it was
     }
     let Some((heap, page, block)) = malloc_block(ptr) else { return false };
@@ -65,9 +78,30 @@ pub fn free(ptr: *mut c_void) -> bool {
     true
 }
 
+/// realloc in a forked child of its parent's far malloc block: a new block
+/// (local: a child allocates no far memory) holding the old bytes, read
+/// through the parent; the parent's block stays as it was. `None`: not
+/// such a block.
+pub fn realloc_parent_block(ptr: *mut c_void, size: usize) -> Option<*mut c_void> {
+    let block = parent_block(ptr)?;
+    if size == 0 {
+        return Some(null_mut()); // a free, which in a child keeps the block
+    }
+    let new = malloc_any(size);
+    if !new.is_null() {
+        let n = (block.size_bytes as usize).min(size);
+        // SAFETY: the parent's block holds `size_bytes` bytes, mapped in
+        // this child (its handler reads them through the parent); `new`
+        // holds `size` and is not in the region.
+        unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, new as *mut u8, n) };
+    }
+    Some(new)
+}
+
 /// Usable bytes of a far malloc block, or `None` if `ptr` is not one.
 pub fn usable_size(ptr: *mut c_void) -> Option<usize> {
-    malloc_block(ptr).map(|(_, _, block)| block.pages as usize * PAGE_SIZE)
+    let block = malloc_block(ptr).map(|(_, _, block)| block).or_else(|| parent_block(ptr))?;
+    Some(block.pages as usize * PAGE_SIZE)
 }
 
 /// realloc of a far block: shrink or grow in place when the arena allows,

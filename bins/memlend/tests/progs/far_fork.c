@@ -4,7 +4,9 @@
  * shared); the child's own large allocations work (locally); a page the
  * child frees with madvise reads zero; a grandchild has no far memory (a
  * touch is SIGSEGV, not zeroes); fork+exec works; two children at once each
- * see their own moment; the parent's data is its own after all. */
+ * see their own moment; the parent's data is its own after all. A child may
+ * realloc a far block of its parent's (it gets a copy) and asks its size. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +20,9 @@
 #define PAGE 4096UL
 
 static size_t n;
+/* A far block the parent fills once and never changes. */
+static uint64_t *r;
+#define R_WORDS (2 * MIB / 8)
 
 static void segv(int sig) { (void)sig; _exit(42); }
 static uint64_t *p;
@@ -58,6 +63,16 @@ static pid_t child(uint64_t seed, int *go) {
     memset(q, 1, 4 * MIB);
     free(q);
     if (check(seed, 0, n)) _exit(4);
+    /* The parent's block: its size, then a grown copy with its bytes. */
+    if (malloc_usable_size(p) < n * 8 || malloc_usable_size(r) < R_WORDS * 8) _exit(15);
+    uint64_t *r2 = realloc(r, 3 * MIB);
+    if (!r2) _exit(16);
+    for (size_t i = 0; i < R_WORDS; i++)
+        if (r2[i] != want(i, 9)) _exit(17);
+    r2[3 * MIB / 8 - 1] = 5;
+    uint64_t *r3 = realloc(r2, MIB);
+    if (!r3 || r3[R_WORDS / 2 - 1] != want(R_WORDS / 2 - 1, 9)) _exit(18);
+    free(r3);
     /* The whole page at or after the middle word (malloc need not align). */
     size_t words = PAGE / 8;
     size_t mid = (((uintptr_t)&p[n / 2] + PAGE - 1) & ~(PAGE - 1)) - (uintptr_t)p;
@@ -93,7 +108,9 @@ int main(int argc, char **argv) {
     size_t mib = argc > 1 ? strtoul(argv[1], 0, 10) : 32;
     n = mib * MIB / 8;
     p = malloc(n * 8);
-    if (!p) return 2;
+    r = malloc(R_WORDS * 8);
+    if (!p || !r) return 2;
+    for (size_t i = 0; i < R_WORDS; i++) r[i] = want(i, 9);
     int go_first, go_second;
     fill(1);
     pid_t first = child(1, &go_first);
@@ -106,6 +123,9 @@ int main(int argc, char **argv) {
     if (reap(first, "first") || reap(second, "second")) return 7;
     if (system("exit 0") != 0) return 8; /* fork + exec */
     if (check(3, 0, n)) return 9;
+    for (size_t i = 0; i < R_WORDS; i++)
+        if (r[i] != want(i, 9)) return 10;
+    free(r);
     free(p);
     printf("far_fork ok\n");
     return 0;
