@@ -45,6 +45,12 @@ fn full_once(size: usize) {
 /// the region (an object another allocator carved from memory it got from
 /// our mmap) belongs to that allocator.
 pub fn malloc_block(ptr: *mut c_void) -> Option<(&'static far::Heap, u64, Block)> {
+    // `contains` first: `heap` starts far memory if it has not started, and
+    // a free of a local pointer must not (each process would lease its
+    // far size from the donors at its first free).
+    if !far::contains(ptr as usize) {
+        return None;
+    }
     let heap = far::heap()?;
     block_in(heap, ptr).map(|(page, block)| (heap, page, block))
 }
