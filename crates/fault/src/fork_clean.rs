@@ -27,41 +27,56 @@ use crate::stats::Counters;
 use crate::uffd::resolve;
 use memlend_store::PAGE_SIZE;
 
-/// Pages cleaned at a time. A page copied back is a new page while its
-/// staging copy lives, so this bounds what cleaning adds to the process's
-/// memory (128 KiB): under a binding limit a whole staging half (up to
-/// 4 MiB) got the process OOM-killed at the fork.
+/// Pages cleaned at a time, two chunks in flight. A page copied back is a
+/// new page while its staging copy lives, so this bounds what cleaning adds
+/// to the process's memory (256 KiB): under a binding limit a whole staging
+/// half (up to 4 MiB) got the process OOM-killed at the fork.
 const CLEAN_CHUNK_PAGES: usize = 32;
 
 impl Eviction {
-    /// Clean every `Dirty` page that can be, `CLEAN_CHUNK_PAGES` at a time.
+    /// Clean every `Dirty` page that can be, `CLEAN_CHUNK_PAGES` at a time,
+    /// one chunk written by the write-back thread while the next moves out
+    /// (two in flight: at most twice `CLEAN_CHUNK_PAGES` pages held twice).
     /// Every write-back must be settled (`settle_all`) first.
     pub(crate) fn clean_for_fork(&mut self, core: &mut Core) {
+        debug_assert!(!self.writer.any_busy(), "write-backs settle before a fork's clean");
         let dirty: Vec<u32> =
             (0..core.pages).filter(|&p| core.table.get(p) == PageState::Dirty).collect();
-        let Some(half) = self.writer.free_half() else {
-            tracing::error!("fault handler: no free staging half to clean pages for a fork");
-            return;
-        };
-        let first_slot = half * self.batch.max();
         let chunk_pages = CLEAN_CHUNK_PAGES.min(self.batch.max());
         // Bounded: each turn takes up to `chunk_pages` of the list.
         for chunk in dirty.chunks(chunk_pages) {
-            let staged = self.move_out_runs(core, chunk, first_slot);
-            let written = crate::writeback::write_back(core.store.as_ref(), &self.staging, &staged);
-            if let Err(e) = &written {
-                tracing::error!(
-                    "fault handler: writing {} pages for a fork failed, the child shares them: {e}",
-                    staged.len()
-                );
+            let half =
+                self.writer.free_half().expect("a chunk is staged with one at most in flight");
+            let staged = self.move_out_runs(core, chunk, half * self.batch.max());
+            let pool_staged = vec![false; staged.len()];
+            let job = crate::writeback::Job { half, staged, clean: Vec::new(), pool_staged };
+            self.writer.send(job);
+            if self.writer.free_half().is_none() {
+                self.finish_clean_chunk(core); // the older chunk
             }
-            for &(slot, page) in &staged {
-                self.map_back_after_clean(core, slot, page, written.is_ok());
-            }
-            let used_bytes = staged.len() * PAGE_SIZE;
-            if let Err(e) = self.staging.discard(first_slot * PAGE_SIZE, used_bytes) {
-                tracing::error!("fault handler: clearing staging after a fork's clean: {e}");
-            }
+        }
+        while self.writer.any_busy() {
+            self.finish_clean_chunk(core);
+        }
+    }
+
+    /// Wait for the oldest chunk's write (jobs finish in order), map its
+    /// pages back, and empty its half of staging.
+    fn finish_clean_chunk(&mut self, core: &mut Core) {
+        let Some(done) = self.writer.wait() else { return };
+        if let Err(e) = &done.result {
+            tracing::error!(
+                "fault handler: writing {} pages for a fork failed, the child shares them: {e}",
+                done.staged.len()
+            );
+        }
+        for &(slot, page) in &done.staged {
+            self.map_back_after_clean(core, slot, page, done.result.is_ok());
+        }
+        let first_byte = done.half * self.batch.max() * PAGE_SIZE;
+        let used_bytes = CLEAN_CHUNK_PAGES.min(self.batch.max()) * PAGE_SIZE;
+        if let Err(e) = self.staging.discard(first_byte, used_bytes) {
+            tracing::error!("fault handler: clearing staging after a fork's clean: {e}");
         }
     }
 

@@ -52,27 +52,44 @@ pub fn fork_done() {
 }
 
 fn watch() {
-    let mut logged_for = 0u64;
-    let mut next_log = FIRST_LOOK;
+    let mut due = Due::default();
     // Runs for the life of the process; each turn is one sleep and a load.
     loop {
         std::thread::sleep(TICK);
-        let started = STARTED_MS.load(Relaxed);
-        if started == 0 {
-            continue;
-        }
-        if started != logged_for {
-            (logged_for, next_log) = (started, FIRST_LOOK);
-        }
-        let waited = Duration::from_millis(now_ms().saturating_sub(started));
-        if waited >= next_log {
+        if let Some(waited) = due.look(STARTED_MS.load(Relaxed), now_ms()) {
             tracing::error!(
                 "fork: not done after {} s; where each thread waits:\n{}",
                 waited.as_secs(),
                 threads_report()
             );
-            next_log += AGAIN;
         }
+    }
+}
+
+/// When the next log of a fork under way is due.
+#[derive(Default)]
+struct Due {
+    /// The start of the fork last looked at (0: none yet).
+    fork_ms: u64,
+    next: Duration,
+}
+
+impl Due {
+    /// A look at `now_ms` while the fork under way began at `started_ms`
+    /// (0: none is): how long it has waited, if a log is due.
+    fn look(&mut self, started_ms: u64, now_ms: u64) -> Option<Duration> {
+        if started_ms == 0 {
+            return None;
+        }
+        if started_ms != self.fork_ms {
+            (self.fork_ms, self.next) = (started_ms, FIRST_LOOK);
+        }
+        let waited = Duration::from_millis(now_ms.saturating_sub(started_ms));
+        if waited < self.next {
+            return None;
+        }
+        self.next += AGAIN;
+        Some(waited)
     }
 }
 
@@ -108,6 +125,21 @@ fn threads_report() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fork_is_logged_at_ten_seconds_then_every_thirty_and_a_new_one_starts_over() {
+        let mut due = Due::default();
+        let s = 1000; // ms
+        assert_eq!(due.look(0, 50 * s), None, "no fork under way");
+        assert_eq!(due.look(s, 10 * s), None, "9 s in");
+        assert_eq!(due.look(s, 11 * s), Some(Duration::from_secs(10)));
+        assert_eq!(due.look(s, 12 * s), None, "logged once");
+        assert_eq!(due.look(s, 40 * s), None, "39 s in");
+        assert_eq!(due.look(s, 41 * s), Some(Duration::from_secs(40)));
+        // A fork done in time is never logged; the next one starts over.
+        assert_eq!(due.look(100 * s, 105 * s), None);
+        assert_eq!(due.look(100 * s, 110 * s), Some(Duration::from_secs(10)));
+    }
 
     #[test]
     fn the_report_names_this_thread_with_its_state() {
