@@ -91,7 +91,8 @@ of the same cell, the memcg's max_usage, the total memory (above), swap-ins/outs
 pswpin/pswpout and zswpin/zswpout over the timed phase, and over the whole run), "in/op":
 pages brought back per timed operation from wherever each peer keeps them (swap-ins, zswap
 loads, memlend's store and pool faults, from `memlend top`'s live files), the memlend
-donor's peak resident set ("donor MiB", VmHWM: what its slabs, which grow with use, took), the CPU
+donor's peak resident set ("donor MiB", VmHWM: what its slabs, which grow with use, took) and CPU
+time per timed operation ("donor cpu us/op": the donor shares these 2 cores here), the CPU
 pressure during the timed phase (PSI "some": the share of time some task waited for a CPU;
 the client, the server, memlend's threads and the donor share 2 cores), the client's CPU,
 memory.failcnt (how often a charge hit the limit and had to reclaim), memlend's summary
@@ -221,6 +222,19 @@ class Sampler:
         self.stop_ev.set()
         self.th.join()
         return self.peak
+
+
+def proc_cpu_s(pid):
+    """CPU seconds (user + system) a process has used so far, every thread's; None without it."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # utime and stime are fields 14 and 15 of stat(5); fields[0] here is field 3.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def donor_peak_mib(pid):
@@ -558,6 +572,7 @@ class Bench:
                               f"127.0.0.1:{dport}", "--insecure"] + self.donor_args(peer),
                              os.path.join(self.workdir, f"memlendd_{tag}.log"))
                 common.wait_port(dport)
+                self.donor_pid = donor.proc.pid
                 local = limit - (oh or 0)
                 if not self.has_mem:
                     if local < 16 * MIB:
@@ -573,6 +588,7 @@ class Bench:
                 cg_limit = limit
             yield cg_limit, wrap
         finally:
+            self.donor_pid = None
             if donor is not None:
                 row["donor_peak_mib"] = donor_peak_mib(donor.proc.pid)
                 donor.kill(signal.SIGTERM)
@@ -681,6 +697,7 @@ class Bench:
             bgsave = None
             if not errors and server.poll() is None:
                 vm1, psi1, live1 = vmstat_all(), common.cpu_psi_total_us(), memlend_live()
+                donor_cpu1 = proc_cpu_s(getattr(self, "donor_pid", None))
                 bgsave = BgSave(port, a.seconds + 600) if a.bgsave and app.name == "redis" else None
                 if bgsave:
                     bgsave.start()
@@ -695,6 +712,10 @@ class Bench:
                     with contextlib.suppress(OSError):
                         os.unlink(os.path.join(self.workdir, "dump.rdb"))
                 vm2, psi2, live2 = vmstat_all(), common.cpu_psi_total_us(), memlend_live()
+                donor_cpu2 = proc_cpu_s(getattr(self, "donor_pid", None))
+                if donor_cpu1 is not None and donor_cpu2 is not None and res.get("ops"):
+                    row["donor_cpu_s"] = round(donor_cpu2 - donor_cpu1, 2)
+                    row["donor_cpu_us_per_op"] = round((donor_cpu2 - donor_cpu1) * 1e6 / res["ops"], 1)
                 for k in ("ops", "seconds", "ops_per_s", "reads", "updates", "misses", "bad_values", "errors",
                           "p50_us", "p99_us", "p999_us", "mean_us", "max_us", "client_cpu_s", "first_error"):
                     row[k] = res.get(k)
@@ -1059,6 +1080,7 @@ COLUMNS = [
     Column("timed_pswpin", "swap-ins", "{:,}"),
     Column("store_faults", "store faults", "{:,}"),
     Column("donor_peak_mib", "donor MiB", "{:,.0f}"),
+    Column("donor_cpu_us_per_op", "donor cpu us/op", "{:.1f}"),
     Column("in_per_op", "in/op", "{:.2f}"),
     Column("fault_p50_us", "fault p50 us", "{:.1f}"),
     Column("fault_p50_x_floor", "x floor", "{:.2f}"),

@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use memlend_borrow::env as shim;
 use memlend_borrow::{Placement, Redundancy};
+use memlend_net::SpinSetting;
 use memlend_node::size::{human, parse_size};
 use memlend_store::layer::Stack;
 use std::net::SocketAddr;
@@ -58,6 +59,12 @@ pub struct RunArgs {
     /// with a key that never leaves the process).
     #[arg(long)]
     pub no_encrypt: bool,
+    /// Microseconds a connection polls for a donor's reply before sleeping
+    /// (0: never; default 50). `auto`: 50 where waking a thread asleep on an
+    /// idle core is dear (measured once: a VM without guest halt polling),
+    /// else 0.
+    #[arg(long, value_name = "auto|US")]
+    pub spin_us: Option<SpinSetting>,
     /// Named layers over each far store, outermost first, e.g.
     /// `checksum,stats` (known: checksum, crypt, pack, pack-zstd, stats); see `memlend far`.
     #[arg(long, value_name = "SPEC")]
@@ -153,6 +160,10 @@ pub fn run(a: &RunArgs) -> Result<()> {
         redundancy: a.redundancy,
         no_encrypt: a.no_encrypt,
         layers: a.layers.clone().unwrap_or_default(),
+        // `auto` is measured here once, not in every process the shim starts in.
+        reply_spin: a
+            .spin_us
+            .map(|s| SpinSetting::Us(s.resolve(memlend_borrow::REPLY_SPIN_US).as_micros() as u64)),
     };
     let (where_, room) = preflight(&placement, a.far)?;
     let far = a.far.unwrap_or_else(|| default_far(local, room));

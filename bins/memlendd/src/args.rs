@@ -1,4 +1,5 @@
 use clap::Parser;
+use memlend_net::SpinSetting;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -110,14 +111,16 @@ pub struct Args {
 
     /// Microseconds a page-protocol connection thread polls for the next
     /// request before sleeping (0: never), while the borrower's recent
-    /// requests came within it; past that it sleeps at once. Waking a
-    /// sleeping thread on an idle core costs tens of µs on a VM.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    pub spin_us: u64,
+    /// requests came within it; past that it sleeps at once. `auto`: 200
+    /// where waking a thread asleep on an idle core is dear (measured at
+    /// start: a VM without guest halt polling), else 0.
+    #[arg(long, default_value = "auto", value_name = "auto|US")]
+    pub spin_us: SpinSetting,
 
-    /// The same for NBD connections, which always spin this long.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    pub nbd_spin_us: u64,
+    /// The same for NBD connections, which always spin this long (`auto`:
+    /// 50 where a wake is dear, else 0).
+    #[arg(long, default_value = "auto", value_name = "auto|US")]
+    pub nbd_spin_us: SpinSetting,
 
     /// Most memory one borrower may hold here (default: all of --lend), so
     /// that one borrower cannot starve the others.

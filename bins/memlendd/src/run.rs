@@ -14,6 +14,11 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+/// What `--spin-us auto` and `--nbd-spin-us auto` stand for where a wake
+/// is dear (`memlend_net::spin_pays`).
+const PAGE_SPIN_AUTO_US: u64 = 200;
+const NBD_SPIN_AUTO_US: u64 = 50;
+
 pub fn run(args: Args) -> Result<()> {
     // Before any listener binds: a SIGTERM sent as soon as a port answers
     // must find the handler, or the daemon dies without its clean stop.
@@ -58,7 +63,7 @@ pub fn run(args: Args) -> Result<()> {
         key: key.clone(),
         connections_max: args.max_connections,
         orphan_grace: Duration::from_secs(args.orphan_grace_s),
-        spin_before_sleep: Duration::from_micros(args.spin_us),
+        spin_before_sleep: page_spin(&args),
         ..PageServerConfig::default()
     };
     let server = PageServer::new(cfg, registry);
@@ -147,6 +152,21 @@ fn load_key(args: &Args) -> Result<Option<memlend_wire::page::Key>> {
 }
 
 /// The exports to serve: none without an NBD listener.
+/// The page connections' spin; `auto` logs what it measured and chose.
+fn page_spin(args: &Args) -> Duration {
+    let spin = args.spin_us.resolve(PAGE_SPIN_AUTO_US);
+    if args.spin_us == memlend_net::SpinSetting::Auto {
+        let wake_us = memlend_net::wake_cost().map(|c| c.as_secs_f64() * 1e6);
+        tracing::info!(
+            wake_us = ?wake_us.map(|w| (w * 10.0).round() / 10.0),
+            dear_us = memlend_net::WAKE_DEAR.as_micros() as u64,
+            spin_us = spin.as_micros() as u64,
+            "page connections spin where a wake across cores is dear"
+        );
+    }
+    spin
+}
+
 fn nbd_exports(args: &Args, lend_pages: u64) -> Result<Vec<ExportArg>> {
     if args.nbd.is_none() && args.nbd_unix.is_none() {
         if !args.exports.is_empty() || args.nbd_read_only {
@@ -220,7 +240,7 @@ fn start_nbd(
     let clients_verified = tls.as_ref().is_some_and(|t| t.verifies_clients());
     let cfg = nbd::NbdConfig {
         connections_max: args.max_nbd_connections,
-        spin_before_sleep_us: args.nbd_spin_us,
+        spin_before_sleep_us: args.nbd_spin_us.resolve(NBD_SPIN_AUTO_US).as_micros() as u64,
         allow: args.nbd_allow.clone(),
         tls,
         ..Default::default()

@@ -162,6 +162,10 @@ fn serves_pages_and_stops_cleanly_on_sigterm() {
     assert!(status.success(), "exit status {status:?}, log:\n{log}");
     assert!(log.contains("INSECURE"), "insecure mode is said in the log:\n{log}");
     assert!(log.contains("pages_written=64"), "final stats are logged:\n{log}");
+    assert!(
+        log.contains("page connections spin where a wake across cores is dear"),
+        "the default `--spin-us auto` logs what it measured and chose:\n{log}"
+    );
 }
 
 /// A cluster node's API and metrics accept loops see the stop too: they sat

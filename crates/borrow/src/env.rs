@@ -19,6 +19,9 @@ pub const NO_ENCRYPT: &str = "MEMLEND_NO_ENCRYPT";
 pub const LAYERS: &str = "MEMLEND_LAYERS";
 /// Cluster key file.
 pub const KEY: &str = "MEMLEND_KEY";
+/// `memlend run --spin-us`: microseconds a connection polls for a donor's
+/// reply before sleeping, or `auto`; unset: `crate::REPLY_SPIN_US`.
+pub const REPLY_SPIN_US: &str = "MEMLEND_REPLY_SPIN_US";
 /// "1": donors without a key are fine.
 pub const INSECURE: &str = "MEMLEND_INSECURE";
 /// Allocations from this many bytes up are far.
@@ -58,13 +61,14 @@ pub const DEFAULT_THRESHOLD_BYTES: u64 = 1 << 20;
 
 use crate::{Placement, Redundancy};
 use anyhow::{Context, Result};
+use memlend_net::SpinSetting;
 use std::path::PathBuf;
 
 /// A placement as the variables that carry it: each name with its value,
 /// or `None` for a variable to remove (so that a value inherited from the
 /// parent does not leak through). Paths must already be absolute: the
 /// program may change directory before its first large allocation.
-pub fn placement_vars(p: &Placement) -> [(&'static str, Option<String>); 8] {
+pub fn placement_vars(p: &Placement) -> [(&'static str, Option<String>); 9] {
     let donors: Vec<String> = p.donors.iter().map(|d| d.to_string()).collect();
     let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     [
@@ -76,6 +80,7 @@ pub fn placement_vars(p: &Placement) -> [(&'static str, Option<String>); 8] {
         (REDUNDANCY, (p.redundancy != Redundancy::None).then(|| p.redundancy.to_string())),
         (NO_ENCRYPT, p.no_encrypt.then(|| "1".to_string())),
         (LAYERS, (!p.layers.is_empty()).then(|| p.layers.to_string())),
+        (REPLY_SPIN_US, p.reply_spin.map(|s| s.to_string())),
     ]
 }
 
@@ -105,6 +110,12 @@ pub fn placement_from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Place
             Some(v) => v.parse().with_context(|| format!("{LAYERS}={v}"))?,
             None => Default::default(),
         },
+        reply_spin: match var(REPLY_SPIN_US) {
+            Some(v) => Some(
+                v.parse::<SpinSetting>().map_err(|e| anyhow::anyhow!("{REPLY_SPIN_US}: {e}"))?,
+            ),
+            None => None,
+        },
     })
 }
 
@@ -124,6 +135,7 @@ mod tests {
             redundancy: Redundancy::Mirror,
             no_encrypt: true,
             layers: "checksum,stats".parse().unwrap(),
+            reply_spin: Some(SpinSetting::Us(20)),
         };
         let vars: HashMap<&str, Option<String>> = placement_vars(&p).into_iter().collect();
         assert_eq!(vars[POOL], None, "unset, not empty");

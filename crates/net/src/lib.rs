@@ -2,7 +2,9 @@
 //! before sleeping) and one that waits for a whole payload.
 
 mod spin;
+mod wake;
 pub use spin::AdaptiveSpin;
+pub use wake::{spin_pays, wake_cost, SpinSetting, SPIN_US_MAX, WAKE_DEAR};
 
 use std::io;
 use std::net::TcpStream;

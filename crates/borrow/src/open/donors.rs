@@ -48,6 +48,7 @@ pub(crate) fn client_config(p: &Placement) -> Result<ClientConfig> {
     }
     let mut cfg = ClientConfig::new(key);
     cfg.allow_insecure = p.insecure;
+    cfg.spin_before_sleep = p.reply_spin();
     Ok(cfg)
 }
 
