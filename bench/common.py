@@ -32,13 +32,17 @@ def free_port():
 
 
 def wait_port(port, timeout_s=10.0):
+    """Until someone listens on loopback `port`. A connect that met itself (the kernel chose
+    `port`, an ephemeral one from free_port, as its own source) is not someone."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                if s.getsockname()[1] != port:
+                    return
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     raise SystemExit(f"nothing listens on port {port} after {timeout_s} s")
 
 

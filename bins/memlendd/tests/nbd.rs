@@ -133,7 +133,7 @@ fn an_export_marked_ro_refuses_writes_from_qemu_io() {
     require_tool("nbdinfo", "libnbd-bin");
     let nbd = free_addr();
     let args = ["--nbd", &nbd.to_string(), "--export", "rw=4M", "--export", "ro=4M,ro"];
-    let d = Daemon::start(&args, || TcpStream::connect(nbd).is_ok());
+    let d = Daemon::start(&args, || memlend_net::someone_listens(nbd));
     assert_read_only(&format!("nbd://{nbd}/ro"), &format!("nbd://{nbd}/rw"), (nbd, "ro"));
     assert!(d.stop().success());
 }
@@ -149,7 +149,7 @@ fn nbd_read_only_covers_every_export_and_listener() {
     let nbd = free_addr();
     let args =
         ["--nbd", &nbd.to_string(), "--nbd-unix", socket.to_str().unwrap(), "--nbd-read-only"];
-    let d = Daemon::start(&args, || socket.exists() && TcpStream::connect(nbd).is_ok());
+    let d = Daemon::start(&args, || socket.exists() && memlend_net::someone_listens(nbd));
     for uri in [format!("nbd://{nbd}"), format!("nbd+unix:///?socket={}", socket.display())] {
         assert_refused_by_qemu_io(&uri, "write -P 0x5a 0 4k");
         let info = must(Command::new("nbdinfo").arg("--json").arg(&uri));
@@ -303,6 +303,6 @@ fn a_garbage_tls_key_is_refused_naming_the_key_file() {
     let addr = free_addr().to_string();
     let key = key.to_str().unwrap();
     let tls = [&["--nbd", &addr][..], &nbd[2..], &["--nbd-tls-key", key]].concat();
-    let d = Daemon::start(&tls, || TcpStream::connect(&addr).is_ok());
+    let d = Daemon::start(&tls, || memlend_net::someone_listens(addr.parse().unwrap()));
     assert!(d.stop().success());
 }

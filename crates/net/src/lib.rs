@@ -10,6 +10,15 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd};
 
+/// Someone listens at `addr`. A bare connect is not proof: to a loopback
+/// port no one listens on, it meets itself when the kernel picks that very
+/// port as its source (TCP simultaneous open; a port taken from a bind to
+/// port 0 is an ephemeral one). A test that took that for its daemon sent
+/// SIGTERM before the daemon had started (CI, once).
+pub fn someone_listens(addr: std::net::SocketAddr) -> bool {
+    TcpStream::connect(addr).is_ok_and(|s| s.local_addr().ok() != Some(addr))
+}
+
 /// Receive into `buf` without blocking: `Ok(None)` if nothing is there yet,
 /// `Ok(Some(0))` at end of stream.
 pub fn recv_nowait(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<Option<usize>> {

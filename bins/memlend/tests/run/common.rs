@@ -1,7 +1,7 @@
 //! Shared by the `memlend run` tests: the binaries, a donor daemon, C
 //! programs compiled on the spot, and a run's summary parsed.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ impl Donor {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(addr).is_err() {
+        while !memlend_net::someone_listens(addr) {
             assert!(child.try_wait().unwrap().is_none(), "memlendd exited early");
             assert!(Instant::now() < deadline, "memlendd did not listen on {addr}");
             std::thread::sleep(Duration::from_millis(20));
