@@ -59,6 +59,21 @@ def last_json(text):
     return None
 
 
+# Swap's side of a miss, counted over a whole run: pages read in, faults that waited for a
+# read (major), and readahead: pages read beside a fault, and faults those pages served.
+VMSTAT_WHOLE = ("pswpin", "pgmajfault", "swap_ra", "swap_ra_hit")
+
+
+def vmstat_whole():
+    out = dict.fromkeys(VMSTAT_WHOLE, 0)
+    with open("/proc/vmstat") as f:
+        for line in f:
+            k, v = line.split()
+            if k in out:
+                out[k] = int(v)
+    return out
+
+
 def run(bench, job, peer, frac, limit):
     a, m = bench.a, bench.machine
     row = {"app": job, "mix": JOBS[job]["mix"], "peer": peer, "frac_pct": frac,
@@ -90,12 +105,14 @@ def run(bench, job, peer, frac, limit):
                     os.killpg(holder["proc"].proc.pid, signal.SIGKILL)
 
             sampler = apps.Sampler(stall_kill if peer == "zram" else None)
-            psi0 = common.cpu_psi_total_us()
+            psi0, vm0 = common.cpu_psi_total_us(), vmstat_whole()
             proc = holder["proc"] = Proc(argv, os.path.join(bench.workdir, f"{tag}.log"), m.cg)
             if proc.wait(a.timeout) is None:
                 errors.append(f"did not finish within {a.timeout:.0f} s")
-            psi1 = common.cpu_psi_total_us()
+            psi1, vm1 = common.cpu_psi_total_us(), vmstat_whole()
             proc.kill(signal.SIGKILL)
+            # Over the whole run (build, warm-up and timed phase alike), for every peer.
+            row.update({f"run_{k}": vm1[k] - vm0[k] for k in VMSTAT_WHOLE})
             out = proc.output()
             res = last_json(out) or {}
             for k in ("ops", "seconds", "ops_per_s", "p50_us", "p99_us", "p999_us", "unit", "verified", "rows",
