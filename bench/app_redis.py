@@ -351,6 +351,9 @@ def memlend_summary(text):
         m = re.search(r"p99: read ([\d.]+), making room ([\d.]+), map ([\d.]+) us", ln)
         if m:
             out["read_p99_us"], out["room_p99_us"], out["map_p99_us"] = (float(g) for g in m.groups())
+        m = re.search(r"fork: (\d+) forks \((\d+) ms getting ready\).* wrote (\d+) dirty pages out", ln)
+        if m:
+            out["forks"], out["fork_pause_ms"], out["fork_pages_cleaned"] = (int(g) for g in m.groups())
         if "from the store" not in ln:
             continue
         for key, pat in (("zero_filled", r"(\d+) zero-filled"), ("store_faults", r"(\d+) from the store"),

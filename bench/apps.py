@@ -8,7 +8,8 @@ the SAME memory cgroup.
          [--apps redis,memcached] [--size 768M] [--fractions 25,50,75]
          [--mixes read-only=100,95/5=95,50/50=50] [--peers local,swap-disk,zswap,zram,memlend-donor]
          [--seconds 30] [--warm-seconds S] [--threads 16] [--pipeline 1] [--values text|ycsb]
-         [--value-size 1024] [--zipf 0.99] [--zram-share 0.5] [--memlend-overhead MIB]
+         [--value-size 1024] [--zipf 0.99] [--zram-share 0.5] [--zram-ratio 2]
+         [--memlend-overhead MIB]
          [--memlend-args "..."] [--memlend-variant NAME=ARGS ...] [--name apps]
 
 The dataset: --size (768 MiB) of resident server memory. Records of --value-size bytes (keys
@@ -56,10 +57,14 @@ whole server process tree:
   zram           the same memcg, swap on /dev/zram0 (lz4). zram's pool is not charged to
                  the memcg either, so the same total LIMIT is split: memcg limit = LIMIT -
                  share, zram mem_limit = share (--zram-share, default LIMIT/2); "total" is
-                 the memcg's peak plus zram's mem_used_max. When zram fills up to its
-                 mem_limit, every swap-out to it fails and the kernel keeps retrying them
-                 (no OOM kill: the server just stalls); after 2 M failed swap-outs the run
-                 kills the server and its row says so.
+                 the memcg's peak plus zram's mem_used_max. zram's disksize is share x
+                 --zram-ratio (2.0: text pages shrink ~2.2x, and zsmalloc adds a little),
+                 with the disk swapfile active at a lower priority, as zram is deployed where
+                 the data outgrows it: once zram's slots are full the kernel swaps to disk.
+                 (With --zram-ratio 0, zram alone with a disksize of the whole dataset: once
+                 it reaches its mem_limit every swap-out to it fails and the kernel keeps
+                 retrying them, no OOM kill, the server just stalls.) Either way, after 2 M
+                 failed swap-outs the run kills the server and its row says so.
                  zswap and zram run with vm.page-cluster 0 (--page-cluster-compressed), as
                  zram setups do: with this machine's default 3, zswap was memcg-OOM-killed at
                  50% (redis, 256 MiB; swap readahead decompresses 8 pages a fault into the
@@ -397,7 +402,10 @@ class BgSave(threading.Thread):
             while time.time() - t0 < self.timeout_s:
                 info = r.info("persistence")
                 if info.get("rdb_bgsave_in_progress") == "0":
+                    # fork() as redis timed it: for memlend, with the shim's pause in it
+                    fork_us = r.info("stats").get("latest_fork_usec")
                     self.out = {"bgsave_s": round(time.time() - t0, 2),
+                                "fork_ms": round(int(fork_us) / 1000, 1) if fork_us else None,
                                 "bgsave_ok": info.get("rdb_last_bgsave_status") == "ok",
                                 "bgsave_cow_mib": round(int(info.get("rdb_last_cow_size", 0)) / MIB, 1)}
                     break
@@ -540,7 +548,7 @@ class Bench:
         Yields (memcg limit or -1, wrap), where wrap(argv) is the command that runs argv under the
         peer. Records what it set up in row. Raises Skip where the peer cannot run."""
         a, m = self.a, self.machine
-        swap_tok = zswap = donor = pc_tok = None
+        swap_tok = disk_tok = zswap = donor = pc_tok = None
         cg_limit = -1
         wrap = list
         try:
@@ -561,7 +569,17 @@ class Bench:
             elif peer == "zram":
                 share = int(limit * a.zram_share) if a.zram_share < 1 else int(a.zram_share)
                 share = share // MIB * MIB
-                swap_tok = m.swap_on("zram", swap_size)
+                if a.zram_ratio > 0:
+                    # zram then disk swap, as deployed where the data outgrows zram: zram's slots
+                    # hold about what its share holds compressed, and the kernel swaps to disk
+                    # (lower priority) once they are full, rather than failing every swap-out
+                    disksize = int(share * a.zram_ratio) // MIB * MIB
+                    swap_tok = m.swap_on("zram", swap_size, disksize=disksize)
+                    disk_tok = m.swap_on("swap-disk", swap_size)
+                    row["zram_disksize_mib"] = disksize // MIB
+                else:
+                    swap_tok = m.swap_on("zram", swap_size)
+                row["zram_disk_fallback"] = disk_tok is not None
                 write(f"{ZRAM}/mem_limit", share)
                 cg_limit = limit - share
                 row["zram_share_mib"] = share // MIB
@@ -594,6 +612,8 @@ class Bench:
                 donor.kill(signal.SIGTERM)
             if zswap is not None:
                 self.zswap_off(*zswap)
+            if disk_tok is not None:
+                m.swap_off("swap-disk", disk_tok)
             if swap_tok is not None:
                 m.swap_off("zram" if peer == "zram" else "swap-disk", swap_tok)
             if pc_tok is not None:
@@ -1086,6 +1106,7 @@ COLUMNS = [
     Column("fault_p50_x_floor", "x floor", "{:.2f}"),
     Column("cpu_psi_pct", "cpu wait%", "{:.0f}"),
     Column("bgsave_s", "BGSAVE s", "{:.1f}"),
+    Column("fork_ms", "fork ms", "{:.1f}"),
     Column("x_2x_threads", "2x thr", "{:.2f}"),
     Column("ok", "ok"),
     Column("note", "note"),
@@ -1120,6 +1141,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--zram-share", type=float, default=0.5,
                     help="zram's mem_limit: a fraction of LIMIT (< 1) or bytes; the memcg gets the rest")
+    ap.add_argument("--zram-ratio", type=float, default=2.0,
+                    help="zram's disksize = its share x this, with swap to disk below it for what does "
+                         "not fit (0: zram alone, disksize the whole dataset, which stalls once full)")
     ap.add_argument("--memlend-overhead", type=float, metavar="MIB",
                     help="memlend: --local = LIMIT - this (default: measured empty usage + 16 MiB + size/64)")
     ap.add_argument("--memlend-args", default="", help="appended to every `memlend run` (e.g. \"--compress lz4\")")
@@ -1305,7 +1329,7 @@ def main():
         "bgsave": a.bgsave,
         "pipeline": a.pipeline, "value_size": a.value_size, "values": a.values, "zipf": a.zipf,
         "key_chooser": "YCSB ScrambledZipfianGenerator (10^10 ranks, fnvhash64 mod records)" if a.zipf else
-        "uniform", "seed": a.seed, "zram_share": a.zram_share, "memcached_threads": a.memcached_threads,
+        "uniform", "seed": a.seed, "zram_share": a.zram_share, "zram_ratio": a.zram_ratio, "memcached_threads": a.memcached_threads,
         "memcached_args": a.memcached_args,
         "calibration": cal, "skips": skips, "check_keys": CHECK_KEYS, "client_check_s": a.client_check,
         "zswap_compressor": next((r.get("zswap_compressor") for r in zs_rows), None),

@@ -290,19 +290,19 @@ class Machine:
             os.unlink(self.swapfile)
         self.swapfile_size = 0
 
-    def swap_on(self, peer, size):
-        """Make `peer`'s swap the only active swap; returns the undo token."""
+    def swap_on(self, peer, size, disksize=None):
+        """Make `peer`'s swap active; returns the undo token. zram's disksize is the whole
+        region and 256 MiB (incompressible pages take 4 KiB each) unless `disksize` says."""
         if peer == "swap-disk":
             self.make_swapfile(size + 256 * MIB)
             tok = UNDO.push(f"swapoff {self.swapfile}", lambda: sh(["swapoff", self.swapfile], check=False))
-            sh(["swapon", self.swapfile])
+            sh(["swapon", self.swapfile])  # default priority: below zram's 100
             return tok
-        # zram: lz4, disksize = the whole region (incompressible pages take 4 KiB each)
         tok = UNDO.push("reset zram0", self.zram_off)
         algs = read(f"{ZRAM}/comp_algorithm")
         if "lz4" in algs.replace("[", " ").replace("]", " ").split():
             write(f"{ZRAM}/comp_algorithm", "lz4")
-        write(f"{ZRAM}/disksize", size + 256 * MIB)
+        write(f"{ZRAM}/disksize", disksize or size + 256 * MIB)
         sh(["mkswap", "/dev/zram0"])
         sh(["swapon", "-p", "100", "/dev/zram0"])
         return tok

@@ -1,6 +1,6 @@
 //! Before a fork of a region whose pages do not all fit its budget: every
-//! `Dirty` page is written to the store and mapped back `Clean`, so that
-//! the child can drop every page it shares and read them all through its
+//! `Dirty` page is written to the store and counted `Clean`, so that the
+//! child can drop every page it shares and read them all through its
 //! parent ("Forked children" in DESIGN.md).
 //!
 //! Why: a page the fork shares stays in memory as long as either process
@@ -11,75 +11,122 @@
 //! its own budget, but it may drop only pages whose bytes at the fork the
 //! store keeps: `Clean` and `InStore` ones.
 //!
-//! How: runs of `Dirty` pages move into a staging half (UFFDIO_MOVE, which
-//! takes a page only if it is there, so the handler never reads an unmapped
-//! page of its own region), are written in one store call, and are copied
-//! back write-protected. A page that cannot move (gone, or still shared by
-//! an older fork) or whose write fails stays `Dirty`, and the child keeps
-//! sharing it. A thread touching a page while it is out faults and waits
-//! for the handler, which serves it once the fork is done (the page is
-//! mapped again by then).
+//! How: runs of `Dirty` pages are write-protected where they are
+//! (UFFDIO_WRITEPROTECT) and written to the store straight from the
+//! region, `CLEAN_CHUNK_PAGES` in one store call; then they are `Clean`:
+//! their PTEs are protected already and the store holds their bytes. A
+//! thread writing such a page meanwhile raises a WP fault, which waits for
+//! the handler and then makes the page `Dirty` again; readers go on. A page
+//! not mapped is skipped, and one whose write fails is unprotected and
+//! stays `Dirty` (the child keeps sharing it).
+//!
+//! The first build moved each run out to staging with UFFDIO_MOVE, wrote
+//! it from there and copied it back write-protected: a TLB flush, a second
+//! page and a copy each, readers of a page out waited for the handler, a
+//! copy back that failed for want of memory lost the page, and pages an
+//! older fork still shared could not move and stayed `Dirty`.
 
 use crate::evict::Eviction;
+use crate::mem::mapped_pages;
 use crate::shared::Core;
 use crate::state::PageState;
 use crate::stats::Counters;
-use crate::uffd::resolve;
-use memlend_store::PAGE_SIZE;
+use memlend_store::{WriteOp, PAGE_SIZE};
 
-/// Pages cleaned at a time, two chunks in flight. A page copied back is a
-/// new page while its staging copy lives, so this bounds what cleaning adds
-/// to the process's memory (256 KiB): under a binding limit a whole staging
-/// half (up to 4 MiB) got the process OOM-killed at the fork.
-const CLEAN_CHUNK_PAGES: usize = 32;
+/// Pages written in one store call. Nothing is copied (the store reads
+/// the protected pages where they are), so this bounds only the store's
+/// own buffers for one call, and the number of round trips: 32 pages a
+/// call ran at 5-6 us a page over a loopback donor.
+const CLEAN_CHUNK_PAGES: usize = 256;
 
-impl Eviction {
-    /// Clean every `Dirty` page that can be, `CLEAN_CHUNK_PAGES` at a time,
-    /// one chunk written by the write-back thread while the next moves out
-    /// (two in flight: at most twice `CLEAN_CHUNK_PAGES` pages held twice).
-    /// Every write-back must be settled (`settle_all`) first.
-    pub(crate) fn clean_for_fork(&mut self, core: &mut Core) {
-        debug_assert!(!self.writer.any_busy(), "write-backs settle before a fork's clean");
-        let dirty: Vec<u32> =
-            (0..core.pages).filter(|&p| core.table.get(p) == PageState::Dirty).collect();
-        let chunk_pages = CLEAN_CHUNK_PAGES.min(self.batch.max());
-        // Bounded: each turn takes up to `chunk_pages` of the list.
-        for chunk in dirty.chunks(chunk_pages) {
-            let half =
-                self.writer.free_half().expect("a chunk is staged with one at most in flight");
-            let staged = self.move_out_runs(core, chunk, half * self.batch.max());
-            let pool_staged = vec![false; staged.len()];
-            let job = crate::writeback::Job { half, staged, clean: Vec::new(), pool_staged };
-            self.writer.send(job);
-            if self.writer.free_half().is_none() {
-                self.finish_clean_chunk(core); // the older chunk
-            }
+/// Clean every `Dirty` page that can be, `CLEAN_CHUNK_PAGES` at a time.
+/// Every write-back must be settled first: the handler writes these
+/// itself, and no other write of the same pages may be in flight.
+pub(crate) fn clean_for_fork(core: &mut Core) {
+    let dirty: Vec<u32> =
+        (0..core.pages).filter(|&p| core.table.get(p) == PageState::Dirty).collect();
+    let mut runs = Vec::new();
+    // Bounded: each turn takes up to `CLEAN_CHUNK_PAGES` of the list.
+    for chunk in dirty.chunks(CLEAN_CHUNK_PAGES) {
+        runs.clear();
+        protect_mapped_runs(core, chunk, &mut runs);
+        if runs.is_empty() {
+            continue;
         }
-        while self.writer.any_busy() {
-            self.finish_clean_chunk(core);
-        }
-    }
-
-    /// Wait for the oldest chunk's write (jobs finish in order), map its
-    /// pages back, and empty its half of staging.
-    fn finish_clean_chunk(&mut self, core: &mut Core) {
-        let Some(done) = self.writer.wait() else { return };
-        if let Err(e) = &done.result {
+        let ops: Vec<WriteOp<'_>> = runs
+            .iter()
+            .map(|&(page, count)| WriteOp {
+                page: u64::from(page),
+                // SAFETY: the run is mapped (checked when it was protected,
+                // and nothing unmaps it while the handler reads no events)
+                // and write-protected, so no thread changes it meanwhile.
+                data: unsafe {
+                    std::slice::from_raw_parts(
+                        core.page_addr(page) as *const u8,
+                        count as usize * PAGE_SIZE,
+                    )
+                },
+            })
+            .collect();
+        let result = core.store.write(&ops);
+        drop(ops);
+        settle_runs(core, &runs, result.is_ok());
+        if let Err(e) = result {
             tracing::error!(
-                "fault handler: writing {} pages for a fork failed, the child shares them: {e}",
-                done.staged.len()
+                "fault handler: writing pages for a fork failed, the child shares them: {e}"
             );
         }
-        for &(slot, page) in &done.staged {
-            self.map_back_after_clean(core, slot, page, done.result.is_ok());
+    }
+}
+
+/// Write-protect the runs of `pages` that are mapped; (first page, count)
+/// of each protected run goes into `runs`.
+fn protect_mapped_runs(core: &Core, pages: &[u32], runs: &mut Vec<(u32, u32)>) {
+    let mut mapped = Vec::with_capacity(pages.len());
+    let mut i = 0;
+    // Bounded: each turn moves past one run of consecutive pages.
+    while i < pages.len() {
+        let run = 1 + pages[i..].windows(2).take_while(|w| w[1] == w[0] + 1).count();
+        // Reading a page that is not mapped would raise a userfault on the
+        // thread that serves them. One mapped now stays mapped: the handler
+        // reads no events meanwhile (see `make_exclusive`).
+        if mapped_pages(core.page_addr(pages[i]), run, &mut mapped).is_ok() {
+            let mut j = 0;
+            // Bounded: each turn moves past at least one page of the run.
+            while j < run {
+                let len = mapped[j..].iter().take_while(|&&m| m).count();
+                if len == 0 {
+                    j += 1;
+                    continue;
+                }
+                let first = pages[i + j];
+                match core.uffd.protect(core.page_addr(first), len * PAGE_SIZE) {
+                    Ok(()) => runs.push((first, len as u32)),
+                    Err(e) => tracing::warn!("fault handler: protecting pages for a fork: {e}"),
+                }
+                j += len;
+            }
         }
-        let first_byte = done.half * self.batch.max() * PAGE_SIZE;
-        let used_bytes = CLEAN_CHUNK_PAGES.min(self.batch.max()) * PAGE_SIZE;
-        if let Err(e) = self.staging.discard(first_byte, used_bytes) {
-            tracing::error!("fault handler: clearing staging after a fork's clean: {e}");
+        i += run;
+    }
+}
+
+/// After the write: `Clean` if it went through, else unprotected again
+/// (still `Dirty`; a write's WP fault would unprotect it anyway).
+fn settle_runs(core: &mut Core, runs: &[(u32, u32)], written: bool) {
+    for &(first, count) in runs {
+        if written {
+            (first..first + count).for_each(|page| core.table.cleaned(page));
+            Counters::add(&core.counters.pages_cleaned_for_fork, u64::from(count));
+        } else if let Err(e) =
+            core.uffd.unprotect(core.page_addr(first), count as usize * PAGE_SIZE)
+        {
+            tracing::warn!("fault handler: unprotecting pages after a failed clean: {e}");
         }
     }
+}
 
+impl Eviction {
     /// Evict until the mapped pages fit the budget, waiting for every
     /// write-back. At most one batch per page mapped.
     pub(crate) fn evict_down_to_budget(&mut self, core: &mut Core) {
@@ -96,53 +143,5 @@ impl Eviction {
         }
         self.settle_all(core);
         core.publish_resident();
-    }
-
-    /// Move the runs of `pages` that are there into staging from
-    /// `first_slot`; returns (slot, page) for each page moved.
-    fn move_out_runs(&self, core: &Core, pages: &[u32], first_slot: usize) -> Vec<(usize, u32)> {
-        let mut staged = Vec::with_capacity(pages.len());
-        let mut i = 0;
-        // Bounded: each turn moves past at least one page.
-        while i < pages.len() {
-            let run = 1 + pages[i..].windows(2).take_while(|w| w[1] == w[0] + 1).count();
-            let slot = first_slot + staged.len();
-            let src = core.page_addr(pages[i]);
-            let dst = self.staging.addr() + slot * PAGE_SIZE;
-            let (moved_bytes, result) = core.staging_uffd.move_run(dst, src, run * PAGE_SIZE);
-            let moved = match result {
-                Ok(()) => run,
-                Err(_) => crate::moveout::really_moved(dst, src, run, moved_bytes / PAGE_SIZE),
-            };
-            staged.extend((0..moved).map(|j| (slot + j, pages[i + j])));
-            // A page that did not move (gone, or shared) is skipped.
-            i += moved.max(1);
-        }
-        staged
-    }
-
-    /// Map a moved page back: write-protected and `Clean` if its write went
-    /// through, else writable and still `Dirty`. One written but not mapped
-    /// back (the copy needs a page, and the process may be at its memory
-    /// limit) is in the store: it is `InStore`, as if evicted.
-    fn map_back_after_clean(&self, core: &mut Core, slot: usize, page: u32, written: bool) {
-        match self.copy_back(core, slot, page, written) {
-            Ok(()) if written => {
-                core.table.cleaned(page);
-                Counters::add(&core.counters.pages_cleaned_for_fork, 1);
-            }
-            Ok(()) => {}
-            Err(e) if written => {
-                tracing::warn!("fault handler: page {page} written for a fork stays out: {e}");
-                core.table.forget(page);
-                core.table.evicted(page);
-            }
-            Err(e) => {
-                tracing::error!("fault handler: page {page} lost, cannot map it back: {e}");
-                core.table.forget(page);
-                let page_addr = core.page_addr(page);
-                let _ = resolve(&core.uffd, page_addr, || core.uffd.poison(page_addr, PAGE_SIZE));
-            }
-        }
     }
 }

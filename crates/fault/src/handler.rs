@@ -245,7 +245,8 @@ impl Handler {
         self.eviction.settle_all(&mut self.core);
         if self.core.table.held() > self.core.budget_pages {
             self.pause.at(PauseStep::Cleaning);
-            self.eviction.clean_for_fork(&mut self.core);
+            debug_assert!(!self.eviction.writer.any_busy(), "write-backs settle before the clean");
+            crate::fork_clean::clean_for_fork(&mut self.core);
             // The owner may have lowered the budget to make room for the
             // child (`--mem`): give the room now, before the child needs it.
             self.pause.at(PauseStep::Evicting);

@@ -39,6 +39,7 @@ const REGISTER_MODE_MISSING: u64 = 1 << 0;
 const REGISTER_MODE_WP: u64 = 1 << 1;
 const COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const COPY_MODE_WP: u64 = 1 << 1;
+const WP_MODE_WP: u64 = 1 << 0;
 const EVENT_PAGEFAULT: u8 = 0x12;
 const EVENT_REMAP: u8 = 0x14;
 const EVENT_REMOVE: u8 = 0x15;
@@ -254,6 +255,13 @@ impl Uffd {
         let result = self.ioctl(UFFDIO_COPY, &mut args);
         let copied = if result.is_ok() { src.len() } else { args.result.max(0) as usize };
         (copied, result)
+    }
+
+    /// Write-protect the pages mapped in `start..start + len_bytes`: a later
+    /// write to one of them raises a WP fault. Pages not mapped are skipped.
+    pub fn protect(&self, start: usize, len_bytes: usize) -> io::Result<()> {
+        let mut args = WriteProtectArgs { range: range(start, len_bytes), mode: WP_MODE_WP };
+        self.ioctl(UFFDIO_WRITEPROTECT, &mut args)
     }
 
     /// Lift write protection from `start..start + len_bytes` and wake the
