@@ -16,6 +16,8 @@ const PAGES: usize = 512;
 const BUDGET_PAGES: usize = 64;
 const CHILD_BUDGET_PAGES: usize = 16;
 const WORDS_PER_PAGE: usize = PAGE_SIZE / 8;
+/// Pages the racing writer rewrites: well within the budget.
+const HOT_PAGES: usize = 16;
 
 fn pattern(page: usize, word: usize, seed: u64) -> u64 {
     (page as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (word as u64) << 40 ^ seed | 1
@@ -92,12 +94,8 @@ fn child(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
     0
 }
 
-#[test]
-fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
-    if let Err(why) = memlend_fault::check_access() {
-        memlend_testskip::skip(&format!("userfaultfd: {why}"));
-        return;
-    }
+/// A region over a snapshot store, every page written once with seed 1.
+fn region_filled() -> (Arc<Snapshots<RamStore>>, Region) {
     let store =
         Arc::new(Snapshots::new(RamStore::new(PAGES as u64, RamOptions::default()).unwrap()));
     let config = RegionConfig {
@@ -106,15 +104,25 @@ fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
         evict_batch_pages: 8,
     };
     let region = Region::new(config, store.clone()).unwrap();
-    let base = region.as_ptr() as usize;
-    fill(base, 0..PAGES, 1);
+    fill(region.as_ptr() as usize, 0..PAGES, 1);
+    (store, region)
+}
 
+/// Pause, fork a child that runs `child` and exits with its code, serve it
+/// from the snapshot, run `meanwhile` in the parent; returns the child's
+/// exit code, the pages sent to it and the old pages kept for it.
+fn fork_and_serve(
+    store: &Arc<Snapshots<RamStore>>,
+    region: &Region,
+    child: fn(usize, Vec<u64>, UnixStream) -> i32,
+    meanwhile: impl FnOnce(),
+) -> (i32, u64, u64) {
+    let base = region.as_ptr() as usize;
     let paused = region.pause().unwrap();
     let in_store = paused.in_store_bits().to_vec();
     let mut owed = Owed::new(PAGES as u64);
     (0..PAGES as u64).filter(|&p| paused.in_store(p)).for_each(|p| owed.set(p));
-    let owed_pages = owed.count();
-    assert_eq!(owed_pages, PAGES as u64, "every page is in the store, mapped or not");
+    assert_eq!(owed.count(), PAGES as u64, "every page is in the store, mapped or not");
     let snapshot = store.take(owed).unwrap();
     let (parent_end, child_end) = UnixStream::pair().unwrap();
     // SAFETY: the child runs only `child` (its own thread, the region's
@@ -138,17 +146,30 @@ fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
             serve_link(parent_end, read, &std::sync::atomic::AtomicU64::new(0))
         })
     };
-    // Every page rewritten, shared ones and far ones, twice over the budget.
-    fill(base, 0..PAGES, 2);
+    meanwhile();
     let mut status = 0;
     // SAFETY: waits for our own child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(libc::WIFEXITED(status), "child status {status:#x}");
-    assert_eq!(libc::WEXITSTATUS(status), 0, "the child found a wrong page");
     let sent = server.join().unwrap().unwrap();
-    assert!(sent >= owed_pages, "{sent} pages sent for {owed_pages} owed");
-    assert!(store.stats().kept_pages > 0, "the parent's writes kept old bytes");
+    let kept = store.stats().kept_pages;
     store.release(snapshot);
+    (libc::WEXITSTATUS(status), sent, kept)
+}
+
+#[test]
+fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
+    if let Err(why) = memlend_fault::check_access() {
+        memlend_testskip::skip(&format!("userfaultfd: {why}"));
+        return;
+    }
+    let (store, region) = region_filled();
+    let base = region.as_ptr() as usize;
+    // Every page rewritten, shared ones and far ones, twice over the budget.
+    let (code, sent, kept) = fork_and_serve(&store, &region, child, || fill(base, 0..PAGES, 2));
+    assert_eq!(code, 0, "the child found a wrong page");
+    assert!(sent >= PAGES as u64, "{sent} pages sent for {PAGES} owed");
+    assert!(kept > 0, "the parent's writes kept old bytes");
 
     assert_eq!(first_wrong(base, 0..PAGES, 2), None, "the parent's own pages");
     fill(base, 0..PAGES, 4);
@@ -160,4 +181,86 @@ fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
     assert!(h.pages_unshared > 0, "no shared page had to be unshared to move out");
     let resident = region.stats().pages_resident as usize;
     assert!(resident <= BUDGET_PAGES, "{resident} pages resident, budget {BUDGET_PAGES}");
+}
+
+/// In the child: copy the pages it shares with its parent (the kernel's
+/// copy of the fork moment), then serve the region, which drops them and
+/// reads them through the parent: the bytes must be the same.
+fn child_compares_shared(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
+    let mut mapped = vec![0u8; PAGES];
+    // SAFETY: one byte a page of the region into `mapped`; reads no page.
+    if unsafe { libc::mincore(base as *mut _, PAGES * PAGE_SIZE, mapped.as_mut_ptr()) } != 0 {
+        return 2;
+    }
+    let shared: Vec<(usize, Vec<u8>)> = (0..PAGES)
+        .filter(|&p| mapped[p] & 1 != 0)
+        .map(|p| {
+            // SAFETY: the page is mapped in this process (mincore above)
+            // and nothing else runs here yet.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(word(base, p, 0) as *const u8, PAGE_SIZE) };
+            (p, bytes.to_vec())
+        })
+        .collect();
+    if shared.is_empty() {
+        return 8;
+    }
+    let discarded = Arc::new(Discarded::new(PAGES as u32));
+    let region = ChildRegion {
+        base,
+        pages: PAGES as u32,
+        in_store,
+        budget_pages: CHILD_BUDGET_PAGES,
+        discarded,
+    };
+    if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
+        return 2;
+    }
+    for (page, bytes) in shared {
+        // SAFETY: a page of the region, served by this child's handler.
+        let now =
+            unsafe { std::slice::from_raw_parts(word(base, page, 0) as *const u8, PAGE_SIZE) };
+        if now != bytes.as_slice() {
+            return 3;
+        }
+    }
+    0
+}
+
+#[test]
+fn a_write_racing_the_forks_clean_waits_and_the_child_reads_the_fork_moment() {
+    if let Err(why) = memlend_fault::check_access() {
+        memlend_testskip::skip(&format!("userfaultfd: {why}"));
+        return;
+    }
+    let (store, region) = region_filled();
+    let base = region.as_ptr() as usize;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A writer rewriting the first pages (resident, so it never waits on a
+    // fault of its own), a new seed each pass, across the pause and the
+    // fork: a page the clean wrote before its protection held would reach
+    // the child with other bytes than it shares.
+    let writer = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut seed = 10;
+            // Bounded: ends when the parent says so, a pass at a time.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                fill(base, 0..HOT_PAGES, seed);
+                seed += 1;
+            }
+            seed
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (code, _, _) = fork_and_serve(&store, &region, child_compares_shared, || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = writer.join().unwrap();
+    assert_eq!(code, 0, "the child read other bytes than it shared at the fork");
+    assert!(last > 10, "the writer finished no pass");
+    assert!(region.handler_stats().pages_cleaned_for_fork > 0, "nothing was cleaned");
+    fill(base, 0..PAGES, 99);
+    assert_eq!(first_wrong(base, 0..PAGES, 99), None);
 }
