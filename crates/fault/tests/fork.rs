@@ -94,8 +94,13 @@ fn child(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
     0
 }
 
-/// A region over a snapshot store, every page written once with seed 1.
-fn region_filled() -> (Arc<Snapshots<RamStore>>, Region) {
+/// A region over a snapshot store, every page written once with seed 1;
+/// None (the test is counted skipped) where userfaultfd is not allowed.
+fn region_filled() -> Option<(Arc<Snapshots<RamStore>>, Region)> {
+    if let Err(why) = memlend_fault::check_access() {
+        memlend_testskip::skip(&format!("userfaultfd: {why}"));
+        return None;
+    }
     let store =
         Arc::new(Snapshots::new(RamStore::new(PAGES as u64, RamOptions::default()).unwrap()));
     let config = RegionConfig {
@@ -105,7 +110,7 @@ fn region_filled() -> (Arc<Snapshots<RamStore>>, Region) {
     };
     let region = Region::new(config, store.clone()).unwrap();
     fill(region.as_ptr() as usize, 0..PAGES, 1);
-    (store, region)
+    Some((store, region))
 }
 
 /// Pause, fork a child that runs `child` and exits with its code, serve it
@@ -159,11 +164,7 @@ fn fork_and_serve(
 
 #[test]
 fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
-    if let Err(why) = memlend_fault::check_access() {
-        memlend_testskip::skip(&format!("userfaultfd: {why}"));
-        return;
-    }
-    let (store, region) = region_filled();
+    let Some((store, region)) = region_filled() else { return };
     let base = region.as_ptr() as usize;
     // Every page rewritten, shared ones and far ones, twice over the budget.
     let (code, sent, kept) = fork_and_serve(&store, &region, child, || fill(base, 0..PAGES, 2));
@@ -229,11 +230,7 @@ fn child_compares_shared(base: usize, in_store: Vec<u64>, link: UnixStream) -> i
 
 #[test]
 fn a_write_racing_the_forks_clean_waits_and_the_child_reads_the_fork_moment() {
-    if let Err(why) = memlend_fault::check_access() {
-        memlend_testskip::skip(&format!("userfaultfd: {why}"));
-        return;
-    }
-    let (store, region) = region_filled();
+    let Some((store, region)) = region_filled() else { return };
     let base = region.as_ptr() as usize;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // A writer rewriting the first pages (resident, so it never waits on a
