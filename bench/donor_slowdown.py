@@ -13,8 +13,10 @@ Three conditions, alternated ROUNDS times so drift hits all alike:
   alone      the workload, no memlendd
   lending    memlendd holds the borrower's pages, borrower idle
   serving    the borrower faults on the donor as fast as it can
-and for `serving`, once with the daemon's default --spin-us 200 and once with
---spin-us 0 (a spinning connection thread takes CPU from the donor's work).
+and for `serving`, with the daemon's spin at 200 us polled at nice 19 (the
+default --spin-nice: the poll takes only CPU the donor's work leaves), at
+200 us polled at the thread's own priority (--spin-nice 0), and with no spin
+(--spin-us 0): a spinning connection thread takes CPU from the donor's work.
 
 Prints a table; writes bench/results/donor_slowdown.{json,png}.
 """
@@ -57,14 +59,15 @@ def borrower(port, size, local, seconds):
                              "--hold-s", str(seconds)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def run_round(touch, a, spin_us):
+def run_round(touch, a, spin_us, spin_nice):
     """One measurement of each condition; returns touches/s per condition."""
     out = {"alone": workload(touch, a.size, a.seconds)}
     port = free_port()
     # The daemon starts on CPU 0, so every thread it ever makes (one per
     # connection) inherits CPU 0: it shares the donor's CPU, as it would on
     # a real donor.
-    with Daemon(["--lend", "1G", "--listen", f"127.0.0.1:{port}", "--insecure", "--spin-us", str(spin_us)],
+    with Daemon(["--lend", "1G", "--listen", f"127.0.0.1:{port}", "--insecure", "--spin-us", str(spin_us),
+                 "--spin-nice", str(spin_nice)],
                 prefix=["taskset", "-c", "0"]):
         b = borrower(port, a.far_size, a.far_local, a.seconds + 6)
         time.sleep(4)  # past the first writes: the borrower faults steadily
@@ -72,6 +75,9 @@ def run_round(touch, a, spin_us):
         text, _ = b.communicate(timeout=a.seconds + 120)
         if b.returncode != 0 or " 0 of " not in text:
             raise RuntimeError(f"the borrower failed:\n{text}")
+        import re
+        m = re.search(r"random touches \(verify\) (\d+) pages/s", text)
+        out["borrower"] = int(m.group(1)) if m else None
         out["lending"] = workload(touch, a.size, a.seconds)
     return out
 
@@ -89,16 +95,21 @@ def main():
     touch = build_touch(work)
     idle = wait_quiet()
     rows = []
-    for spin_us in (200, 0):
-        runs = [run_round(touch, a, spin_us) for _ in range(a.rounds)]
+    for spin_us, spin_nice in ((200, 19), (200, 0), (0, 0)):
+        runs = [run_round(touch, a, spin_us, spin_nice) for _ in range(a.rounds)]
         alone = statistics.median(r["alone"] for r in runs)
         for cond in ("alone", "lending", "serving"):
             v = statistics.median(r[cond] for r in runs)
-            rows.append({"condition": f"{cond} (spin {spin_us} us)", "touches_per_s": round(v),
+            how = f"spin {spin_us} us" + (f" at nice {spin_nice}" if spin_us else "")
+            rows.append({"condition": f"{cond} ({how})", "touches_per_s": round(v),
                          "slowdown_pct": round(100 * (1 - v / alone), 1),
                          "runs": [round(r[cond]) for r in runs]})
+            if cond == "serving" and all(r.get("borrower") for r in runs):
+                # the borrower's random faults while the donor's work ran beside them
+                rows[-1]["borrower_pages_per_s"] = round(statistics.median(r["borrower"] for r in runs))
     cols = [Column("condition", "donor condition"), Column("touches_per_s", "own touches/s"),
-            Column("slowdown_pct", "slowdown %"), Column("runs", "each round")]
+            Column("slowdown_pct", "slowdown %"), Column("borrower_pages_per_s", "borrower faults/s"),
+            Column("runs", "each round")]
     plots = [Bars("condition", [("slowdown_pct", "slowdown of the donor's own work (%)")], "%",
                   title="Donor slowdown while lending (ACMS Fig. 8); goal <= 5%", hlines=[(5, "goal 5%")])]
     report("donor_slowdown", rows, cols, plots,

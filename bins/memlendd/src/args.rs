@@ -117,6 +117,14 @@ pub struct Args {
     #[arg(long, default_value = "auto", value_name = "auto|US")]
     pub spin_us: SpinSetting,
 
+    /// The nice value page-protocol connection threads poll at (0: their
+    /// own), so that the poll takes only CPU no other thread wants; back at
+    /// their own priority to serve. Needs root or RLIMIT_NICE (else left
+    /// alone, and said once).
+    #[arg(long, default_value_t = memlend_net::SPIN_NICE, value_name = "0..19",
+          value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub spin_nice: i32,
+
     /// The same for NBD connections, which always spin this long (`auto`:
     /// 50 where a wake is dear, else 0).
     #[arg(long, default_value = "auto", value_name = "auto|US")]

@@ -64,6 +64,7 @@ pub fn run(args: Args) -> Result<()> {
         connections_max: args.max_connections,
         orphan_grace: Duration::from_secs(args.orphan_grace_s),
         spin_before_sleep: page_spin(&args),
+        spin_nice: args.spin_nice,
         ..PageServerConfig::default()
     };
     let server = PageServer::new(cfg, registry);

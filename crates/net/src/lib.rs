@@ -1,8 +1,10 @@
 //! The socket calls std lacks: a receive that never blocks (to spin briefly
 //! before sleeping) and one that waits for a whole payload.
 
+mod nice;
 mod spin;
 mod wake;
+pub use nice::{SpinNice, SPIN_NICE};
 pub use spin::AdaptiveSpin;
 pub use wake::{spin_pays, wake_cost, SpinSetting, SPIN_US_MAX, WAKE_DEAR};
 

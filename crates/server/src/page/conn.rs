@@ -37,6 +37,7 @@ pub struct Conn<'a> {
     epoch: u64,
     pub batch_pages_max: u32,
     spin: memlend_net::AdaptiveSpin,
+    spin_nice: memlend_net::SpinNice,
     pub stats: &'a ServerStats,
     inb: Vec<u8>,
     start: usize,
@@ -75,6 +76,7 @@ impl<'a> Conn<'a> {
             epoch: accepted.epoch,
             batch_pages_max: cfg.batch_pages_max,
             spin: memlend_net::AdaptiveSpin::new(cfg.spin_before_sleep),
+            spin_nice: memlend_net::SpinNice::new(cfg.spin_nice),
             stats,
             inb: vec![0; IN_BUF_BYTES],
             start: 0,
@@ -217,7 +219,12 @@ impl<'a> Conn<'a> {
             self.start = 0;
         }
         let waiting = Instant::now();
-        let spun = recv_spinning(&self.stream, &mut self.inb[self.end..], self.spin.budget())?;
+        let budget = self.spin.budget();
+        let into = &mut self.inb[self.end..];
+        let spun = match budget.is_zero() {
+            true => None,
+            false => self.spin_nice.lowered(|| recv_spinning(&self.stream, into, budget))?,
+        };
         loop {
             let got = match spun {
                 Some(n) => Ok(n),

@@ -41,6 +41,9 @@ pub struct PageServerConfig {
     /// waking a sleeping thread on an idle vCPU costs tens of µs here, more
     /// than serving a page.
     pub spin_before_sleep: Duration,
+    /// The nice value a connection thread polls at (0: its own): the poll
+    /// takes only CPU no other thread wants (`memlend_net::SpinNice`).
+    pub spin_nice: i32,
 }
 
 impl Default for PageServerConfig {
@@ -53,6 +56,7 @@ impl Default for PageServerConfig {
             handshake_timeout: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(60),
             spin_before_sleep: Duration::from_micros(200),
+            spin_nice: memlend_net::SPIN_NICE,
         }
     }
 }
