@@ -13,9 +13,9 @@ Three conditions, alternated ROUNDS times so drift hits all alike:
   alone      the workload, no memlendd
   lending    memlendd holds the borrower's pages, borrower idle
   serving    the borrower faults on the donor as fast as it can
-and for `serving`, with the daemon's spin at 200 us polled at nice 19 (the
-default --spin-nice: the poll takes only CPU the donor's work leaves), at
-200 us polled at the thread's own priority (--spin-nice 0), and with no spin
+and for `serving`, with the daemon's spin at 200 us polled at nice 19
+(--spin-nice 19: the poll takes only CPU the donor's work leaves), at 200 us
+polled at the thread's own priority (--spin-nice 0, the default), and with no spin
 (--spin-us 0): a spinning connection thread takes CPU from the donor's work.
 
 Prints a table; writes bench/results/donor_slowdown.{json,png}.

@@ -18,13 +18,21 @@
 //! 32.7 K against 28.1 and 29.6 K in alternated runs (`nice_*.json`), but
 //! a donor's serving must not wait behind its own work.
 //!
+//! Not the default: a thread lowered to nice 19 beside a busy thread of
+//! nice 0 gets ~1.5% of the core, so a request that comes while it waits
+//! preempted may wait up to a few hundred ms for it to run (the whole
+//! spin budget passes unseen). The averages above do not show that tail;
+//! until a measurement of the borrower's p99 on a busy donor does,
+//! `memlendd --spin-nice 19` is a choice for donors whose own work comes
+//! first.
+//!
 //! Going back up needs the right to raise a thread's priority (root, or
 //! RLIMIT_NICE); without it a thread once lowered would stay low for good,
 //! so the wait is not lowered at all there.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-/// The nice value a spinning wait runs at by default.
+/// The lowest priority: the nice value measured above.
 pub const SPIN_NICE: i32 = 19;
 
 /// Said once per process: spins are not lowered.

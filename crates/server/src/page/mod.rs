@@ -56,7 +56,7 @@ impl Default for PageServerConfig {
             handshake_timeout: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(60),
             spin_before_sleep: Duration::from_micros(200),
-            spin_nice: memlend_net::SPIN_NICE,
+            spin_nice: 0,
         }
     }
 }
