@@ -14,9 +14,13 @@ Three conditions, alternated ROUNDS times so drift hits all alike:
   lending    memlendd holds the borrower's pages, borrower idle
   serving    the borrower faults on the donor as fast as it can
 and for `serving`, with the daemon's spin at 200 us polled at nice 19
-(--spin-nice 19: the poll takes only CPU the donor's work leaves), at 200 us
-polled at the thread's own priority (--spin-nice 0, the default), and with no spin
+(--spin-nice 19, the default: the poll takes only CPU the donor's work leaves), at 200 us
+polled at the thread's own priority (--spin-nice 0), and with no spin
 (--spin-us 0): a spinning connection thread takes CPU from the donor's work.
+For `serving` it also records the borrower's faults/s and its store-fault
+latency (p50, p99, p99.9: message read to wake, which holds the request's
+wait for the donor): a poll at nice 19 that the donor's work preempts makes
+a request wait, and only the tail shows that.
 
 Prints a table; writes bench/results/donor_slowdown.{json,png}.
 """
@@ -78,6 +82,10 @@ def run_round(touch, a, spin_us, spin_nice):
         import re
         m = re.search(r"random touches \(verify\) (\d+) pages/s", text)
         out["borrower"] = int(m.group(1)) if m else None
+        m = re.search(r"store-fault latency \(message read to wake\): p50 ([\d.]+) / p99 ([\d.]+) / p99.9 ([\d.]+) us",
+                      text)
+        if m:
+            out["borrower_p50_us"], out["borrower_p99_us"], out["borrower_p999_us"] = map(float, m.groups())
         out["lending"] = workload(touch, a.size, a.seconds)
     return out
 
@@ -107,8 +115,15 @@ def main():
             if cond == "serving" and all(r.get("borrower") for r in runs):
                 # the borrower's random faults while the donor's work ran beside them
                 rows[-1]["borrower_pages_per_s"] = round(statistics.median(r["borrower"] for r in runs))
+            for k in ("borrower_p50_us", "borrower_p99_us", "borrower_p999_us"):
+                if cond == "serving" and all(k in r for r in runs):
+                    # a poll at nice 19 preempted by the donor's work shows here: the request waits
+                    rows[-1][k] = round(statistics.median(r[k] for r in runs), 1)
+                    rows[-1][k.replace("_us", "_us_max")] = max(r[k] for r in runs)
     cols = [Column("condition", "donor condition"), Column("touches_per_s", "own touches/s"),
             Column("slowdown_pct", "slowdown %"), Column("borrower_pages_per_s", "borrower faults/s"),
+            Column("borrower_p50_us", "borrower p50 us"), Column("borrower_p99_us", "p99 us"),
+            Column("borrower_p999_us", "p99.9 us"), Column("borrower_p999_us_max", "worst p99.9 us"),
             Column("runs", "each round")]
     plots = [Bars("condition", [("slowdown_pct", "slowdown of the donor's own work (%)")], "%",
                   title="Donor slowdown while lending (ACMS Fig. 8); goal <= 5%", hlines=[(5, "goal 5%")])]

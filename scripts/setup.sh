@@ -14,6 +14,7 @@ APT_PACKAGES=(
   memcached                                 # another one (bench/apps.py)
   tmux                                      # memlend top tested in a real terminal
   dpkg-dev systemd                          # make deb, and its test (systemd-analyze verify)
+  strace                                    # the unit's syscall filter against every call memlendd makes
 )
 
 missing=()

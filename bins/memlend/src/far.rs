@@ -171,6 +171,13 @@ pub fn run(a: &FarArgs) -> Result<()> {
     println!("  fault handler moved core {} times", h.handler_moves);
     if let Some((read_us, map_us)) = h.fault_parts_us(region.stats().faults_from_store) {
         println!("  a fault from the store: {read_us:.1} us in its read, {map_us:.1} us mapping it (means)");
+        let us = |ns: u64| ns as f64 / 1000.0;
+        println!(
+            "  store-fault latency (message read to wake): p50 {:.1} / p99 {:.1} / p99.9 {:.1} us",
+            us(h.fault_store_latency_ns_p50),
+            us(h.fault_store_latency_ns_p99),
+            us(h.fault_store_latency_ns_p999)
+        );
     }
     if a.hold_s > 0 {
         println!("  longest touch while held: {longest_touch_ms} ms");

@@ -119,10 +119,12 @@ pub struct Args {
 
     /// The nice value page-protocol connection threads poll at (0: their
     /// own), so that the poll takes only CPU no other thread wants; back at
-    /// their own priority to serve. 19 for a donor whose own work comes
-    /// first: a request may then wait while the poll is preempted. Needs
-    /// root or RLIMIT_NICE (else left alone, and said once).
-    #[arg(long, default_value_t = 0, value_name = "0..19",
+    /// their own priority to serve. At 19 a busy donor's own work is not
+    /// slowed and a borrower's p99 stays low: a poll at the thread's own
+    /// priority queues behind that work for milliseconds. Needs
+    /// CAP_SYS_NICE or RLIMIT_NICE to go back up (else left alone, and said
+    /// once).
+    #[arg(long, default_value_t = memlend_net::SPIN_NICE, value_name = "0..19",
           value_parser = clap::value_parser!(i32).range(0..=19))]
     pub spin_nice: i32,
 

@@ -18,17 +18,21 @@
 //! 32.7 K against 28.1 and 29.6 K in alternated runs (`nice_*.json`), but
 //! a donor's serving must not wait behind its own work.
 //!
-//! Not the default: a thread lowered to nice 19 beside a busy thread of
-//! nice 0 gets ~1.5% of the core, so a request that comes while it waits
-//! preempted may wait up to a few hundred ms for it to run (the whole
-//! spin budget passes unseen). The averages above do not show that tail;
-//! until a measurement of the borrower's p99 on a busy donor does,
-//! `memlendd --spin-nice 19` is a choice for donors whose own work comes
-//! first.
+//! The tail decides it (`donor_slowdown.py` with the borrower's store-fault
+//! latency, 3 rounds, 2026-11-28): with the donor's own work busy on the
+//! poll's CPU, a borrower faulting as fast as it could saw p99 38.9 us and
+//! p99.9 86 us with the poll at nice 19, against p99 3.8 ms with it at nice
+//! 0, and 119 us / 2.2 ms with no poll. The likely reason (not traced): at
+//! its own priority a polling thread is never woken, so it never preempts,
+//! and waits its turn behind the donor's work for a whole slice; lowered,
+//! its spin budget runs out while it is preempted, it sleeps at its own
+//! priority, and the next request wakes it, which preempts. So `memlendd`
+//! polls at nice 19 by default.
 //!
-//! Going back up needs the right to raise a thread's priority (root, or
-//! RLIMIT_NICE); without it a thread once lowered would stay low for good,
-//! so the wait is not lowered at all there.
+//! Going back up needs the right to raise a thread's priority
+//! (CAP_SYS_NICE, which root lacks under a unit's capability bounding set,
+//! or RLIMIT_NICE); without it a thread once lowered would stay low for
+//! good, so the wait is not lowered at all there.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -101,12 +105,25 @@ fn own_nice_if_restorable() -> Option<i32> {
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_NICE, &mut limit) };
     // RLIMIT_NICE n allows nice values down to 20 - n.
     let allowed = rc == 0 && (20 - limit.rlim_cur.min(40) as i32) <= own;
-    // SAFETY: geteuid has no failure mode.
-    if allowed || unsafe { libc::geteuid() } == 0 {
+    if allowed || has_cap_sys_nice() {
         return Some(own);
     }
-    tell_once("spins are not lowered: going back up needs root or RLIMIT_NICE");
+    tell_once("spins are not lowered: going back up needs CAP_SYS_NICE or RLIMIT_NICE");
     None
+}
+
+/// CAP_SYS_NICE (capability 23) is in this thread's effective set. Not
+/// "euid is 0": root under a unit's CapabilityBoundingSet may lack it.
+fn has_cap_sys_nice() -> bool {
+    const CAP_SYS_NICE: u32 = 23;
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    cap_eff(&status).is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
+}
+
+/// The `CapEff:` mask of a `/proc/.../status` text.
+fn cap_eff(status: &str) -> Option<u64> {
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    u64::from_str_radix(hex, 16).ok()
 }
 
 fn set_nice(nice: i32) -> std::io::Result<()> {
@@ -131,6 +148,14 @@ fn tell_once(what: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_effective_capabilities_are_read_from_status() {
+        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t0000000000800000\n";
+        assert_eq!(cap_eff(status), Some(1 << 23));
+        assert_eq!(cap_eff("Name:\tx\n"), None);
+        assert_eq!(cap_eff("CapEff:\tzz\n"), None);
+    }
 
     #[test]
     fn the_wait_runs_lowered_and_the_thread_comes_back() {
