@@ -3,9 +3,9 @@
 //!
 //! The unit's `SystemCallFilter=` lines are expanded with `systemd-analyze
 //! syscall-filter`, in order, as systemd applies them; memlendd runs with the
-//! shipped config under `strace -f`, serves a borrower's writes and reads
-//! (the spinning poll and its priority change included) and stops on
-//! SIGTERM. A call outside the filter fails there (or, without
+//! shipped config (plus `mlock` and an NBD export) under `strace -f`,
+//! serves a borrower's writes and reads (the spinning poll and its priority
+//! change included) and qemu-io's over NBD, and stops on SIGTERM. A call outside the filter fails there (or, without
 //! `SystemCallErrorNumber=`, kills the daemon with SIGSYS, losing the pages
 //! it holds): the first build's filter denied `sched_setaffinity`, which the
 //! start-up wake-cost probe makes, so the packaged daemon could not start.
@@ -93,7 +93,7 @@ fn tracee_of(strace: u32) -> Option<i32> {
 
 #[test]
 fn the_packaged_units_syscall_filter_allows_every_call_memlendd_makes() {
-    for tool in ["strace", "systemd-analyze"] {
+    for tool in ["strace", "systemd-analyze", "qemu-io"] {
         if !has(tool) {
             return memlend_testskip::skip(&format!("{tool} is not installed"));
         }
@@ -102,13 +102,22 @@ fn the_packaged_units_syscall_filter_allows_every_call_memlendd_makes() {
     let allowed = allowed_by(&unit);
     assert!(allowed.contains("read") && !allowed.contains("reboot"), "the expansion went wrong");
 
-    // The shipped config, on a free port.
+    // The shipped config, on a free port, with what a user turns on next:
+    // locked memory and an NBD export. 6 MiB lent, so that `mlock` fits a
+    // default RLIMIT_MEMLOCK of 8 MiB where the test lacks CAP_IPC_LOCK
+    // (the unit sets LimitMEMLOCK=infinity).
     let dir = tempfile::tempdir().unwrap();
-    let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let free = || -> SocketAddr { TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap() };
+    let (addr, nbd) = (free(), free());
     let shipped = std::fs::read_to_string(repo().join("packaging/memlendd.toml")).unwrap();
     assert!(shipped.contains("listen = \"127.0.0.1:7070\""), "the shipped config changed");
     let config = dir.path().join("memlendd.toml");
-    std::fs::write(&config, shipped.replace("127.0.0.1:7070", &addr.to_string())).unwrap();
+    assert!(shipped.contains("\nlend = \"1G\"\n"), "the shipped config changed");
+    let text = shipped
+        .replace("127.0.0.1:7070", &addr.to_string())
+        .replace("\nlend = \"1G\"", "\nlend = \"6M\"")
+        + &format!("mlock = true\nexport = [\"t=1M\"]\nnbd = \"{nbd}\"\n");
+    std::fs::write(&config, text).unwrap();
     let trace = dir.path().join("trace");
     let strace = Command::new("strace")
         .args(["-f", "-qq", "-o"])
@@ -140,6 +149,13 @@ fn the_packaged_units_syscall_filter_allows_every_call_memlendd_makes() {
         std::thread::sleep(Duration::from_micros(pause_us));
     }
     drop(store);
+    let uri = format!("nbd://{nbd}/t");
+    let io = Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "write -P 0xa5 0 1M", "-c", "read -P 0xa5 0 1M", &uri])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&io.stdout);
+    assert!(io.status.success() && !out.contains("Pattern verification failed"), "{out}");
 
     let pid = tracee_of(strace.0.id()).expect("strace has no child");
     // SAFETY: a signal to the memlendd this test started.
@@ -156,7 +172,7 @@ fn the_packaged_units_syscall_filter_allows_every_call_memlendd_makes() {
 
     let text = std::fs::read_to_string(&trace).unwrap();
     let used = calls_in(&text);
-    for must in ["accept4", "recvfrom", "sendto", "sched_setaffinity"] {
+    for must in ["accept4", "recvfrom", "sendto", "sched_setaffinity", "mlock2"] {
         assert!(used.contains(must), "the trace lacks {must}: the run did not serve\n{used:?}");
     }
     let denied: Vec<&String> = used.iter().filter(|c| !allowed.contains(*c)).collect();
