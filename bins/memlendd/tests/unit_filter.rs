@@ -2,10 +2,12 @@
 //! make every system call it makes while it starts, serves pages and stops.
 //!
 //! The unit's `SystemCallFilter=` lines are expanded with `systemd-analyze
-//! syscall-filter`, in order, as systemd applies them; memlendd runs with the
-//! shipped config (plus `mlock` and an NBD export) under `strace -f`,
-//! serves a borrower's writes and reads (the spinning poll and its priority
-//! change included) and qemu-io's over NBD, and stops on SIGTERM. A call outside the filter fails there (or, without
+//! syscall-filter`, in order, as systemd applies them. memlendd runs twice
+//! with the shipped config under `strace -f`: once serving (`mlock`, a
+//! borrower's writes and reads, the spinning poll and its priority change,
+//! qemu-io over an NBD export), once with the cluster control plane, its
+//! API socket and a metrics scrape; each stops on SIGTERM.
+//! A call outside the filter fails there (or, without
 //! `SystemCallErrorNumber=`, kills the daemon with SIGSYS, losing the pages
 //! it holds): the first build's filter denied `sched_setaffinity`, which the
 //! start-up wake-cost probe makes, so the packaged daemon could not start.
@@ -13,6 +15,7 @@
 use memlend_remote::{ClientConfig, RemoteStore};
 use memlend_store::{PageStore, ReadOp, WriteOp, PAGE_SIZE};
 use std::collections::BTreeSet;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -91,54 +94,75 @@ fn tracee_of(strace: u32) -> Option<i32> {
     children.split_whitespace().next()?.parse().ok()
 }
 
-#[test]
-fn the_packaged_units_syscall_filter_allows_every_call_memlendd_makes() {
-    for tool in ["strace", "systemd-analyze", "qemu-io"] {
-        if !has(tool) {
-            return memlend_testskip::skip(&format!("{tool} is not installed"));
+/// memlendd under `strace -f` with the shipped config plus `extra` keys
+/// (its `listen` moved to `addr`).
+struct Traced {
+    strace: Reaped,
+    trace: PathBuf,
+}
+
+impl Traced {
+    fn start(dir: &Path, name: &str, addr: SocketAddr, extra: &str) -> Traced {
+        let shipped = std::fs::read_to_string(repo().join("packaging/memlendd.toml")).unwrap();
+        assert!(shipped.contains("\nlisten = \"127.0.0.1:7070\"\n"), "the shipped config changed");
+        assert!(shipped.contains("\nlend = \"1G\"\n"), "the shipped config changed");
+        // 6 MiB lent, so that `mlock` fits a default RLIMIT_MEMLOCK of 8 MiB
+        // where the test lacks CAP_IPC_LOCK (the unit sets it unlimited).
+        let text = shipped
+            .replace("127.0.0.1:7070", &addr.to_string())
+            .replace("\nlend = \"1G\"", "\nlend = \"6M\"")
+            + extra;
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let trace = dir.join(format!("{name}.trace"));
+        let child = Command::new("strace")
+            .args(["-f", "-qq", "-o"])
+            .arg(&trace)
+            .arg(BIN)
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut strace = Reaped(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !memlend_net::someone_listens(addr) {
+            assert!(strace.0.try_wait().unwrap().is_none(), "memlendd ({name}) exited early");
+            assert!(Instant::now() < deadline, "memlendd ({name}) did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(50));
         }
+        Traced { strace, trace }
     }
-    let unit = std::fs::read_to_string(repo().join("packaging/memlendd.service")).unwrap();
-    let allowed = allowed_by(&unit);
-    assert!(allowed.contains("read") && !allowed.contains("reboot"), "the expansion went wrong");
 
-    // The shipped config, on a free port, with what a user turns on next:
-    // locked memory and an NBD export. 6 MiB lent, so that `mlock` fits a
-    // default RLIMIT_MEMLOCK of 8 MiB where the test lacks CAP_IPC_LOCK
-    // (the unit sets LimitMEMLOCK=infinity).
-    let dir = tempfile::tempdir().unwrap();
-    let free = || -> SocketAddr { TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap() };
+    /// SIGTERM, a clean exit, and the calls it made.
+    fn stop(mut self) -> BTreeSet<String> {
+        let pid = tracee_of(self.strace.0.id()).expect("strace has no child");
+        // SAFETY: a signal to the memlendd this test started.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = self.strace.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "memlendd did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "memlendd under strace ended with {status}");
+        calls_in(&std::fs::read_to_string(&self.trace).unwrap())
+    }
+}
+
+fn free() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// Serving: a borrower's writes, then reads with pauses (so the connection
+/// both spins and sleeps), and qemu-io over an NBD export, with `mlock`.
+fn serving(dir: &Path) -> BTreeSet<String> {
     let (addr, nbd) = (free(), free());
-    let shipped = std::fs::read_to_string(repo().join("packaging/memlendd.toml")).unwrap();
-    assert!(shipped.contains("listen = \"127.0.0.1:7070\""), "the shipped config changed");
-    let config = dir.path().join("memlendd.toml");
-    assert!(shipped.contains("\nlend = \"1G\"\n"), "the shipped config changed");
-    let text = shipped
-        .replace("127.0.0.1:7070", &addr.to_string())
-        .replace("\nlend = \"1G\"", "\nlend = \"6M\"")
-        + &format!("mlock = true\nexport = [\"t=1M\"]\nnbd = \"{nbd}\"\n");
-    std::fs::write(&config, text).unwrap();
-    let trace = dir.path().join("trace");
-    let strace = Command::new("strace")
-        .args(["-f", "-qq", "-o"])
-        .arg(&trace)
-        .arg(BIN)
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut strace = Reaped(strace);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !memlend_net::someone_listens(addr) {
-        assert!(strace.0.try_wait().unwrap().is_none(), "memlendd under strace exited early");
-        assert!(Instant::now() < deadline, "memlendd did not listen on {addr}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-
-    // A borrower: writes, then reads with pauses, so the connection both
-    // spins and sleeps between requests.
+    let extra = format!("mlock = true\nexport = [\"t=1M\"]\nnbd = \"{nbd}\"\n");
+    let daemon = Traced::start(dir, "serving", addr, &extra);
     let store = RemoteStore::open(addr, ClientConfig::new(None), 1024).unwrap();
     let data: Vec<u8> = (0..64 * PAGE_SIZE).map(|i| (i % 251) as u8).collect();
     store.write(&[WriteOp { page: 100, data: &data }]).unwrap();
@@ -156,25 +180,50 @@ fn the_packaged_units_syscall_filter_allows_every_call_memlendd_makes() {
         .unwrap();
     let out = String::from_utf8_lossy(&io.stdout);
     assert!(io.status.success() && !out.contains("Pattern verification failed"), "{out}");
+    daemon.stop()
+}
 
-    let pid = tracee_of(strace.0.id()).expect("strace has no child");
-    // SAFETY: a signal to the memlendd this test started.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = strace.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "memlendd did not stop on SIGTERM");
+/// The cluster control plane (which lends only through leases), its API
+/// socket and a metrics scrape.
+fn cluster(dir: &Path) -> BTreeSet<String> {
+    let (addr, metrics) = (free(), free());
+    let control = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let api = dir.join("memlendd.sock");
+    let extra = format!(
+        "cluster = true\ncontrol = \"{control}\"\napi = \"{}\"\nmetrics = \"{metrics}\"\n",
+        api.display()
+    );
+    let daemon = Traced::start(dir, "cluster", addr, &extra);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&api).is_err() {
+        assert!(Instant::now() < deadline, "no API socket at {}", api.display());
         std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "memlendd under strace ended with {status}");
-
-    let text = std::fs::read_to_string(&trace).unwrap();
-    let used = calls_in(&text);
-    for must in ["accept4", "recvfrom", "sendto", "sched_setaffinity", "mlock2"] {
-        assert!(used.contains(must), "the trace lacks {must}: the run did not serve\n{used:?}");
     }
+    let mut http = std::net::TcpStream::connect(metrics).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    http.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.") && page.contains("memlend"), "{page}");
+    daemon.stop()
+}
+
+#[test]
+fn the_packaged_units_syscall_filter_allows_every_call_memlendd_makes() {
+    for tool in ["strace", "systemd-analyze", "qemu-io"] {
+        if !has(tool) {
+            return memlend_testskip::skip(&format!("{tool} is not installed"));
+        }
+    }
+    let unit = std::fs::read_to_string(repo().join("packaging/memlendd.service")).unwrap();
+    let allowed = allowed_by(&unit);
+    assert!(allowed.contains("read") && !allowed.contains("reboot"), "the expansion went wrong");
+    let dir = tempfile::tempdir().unwrap();
+    let served = serving(dir.path());
+    for must in ["accept4", "recvfrom", "sendto", "sched_setaffinity", "mlock2"] {
+        assert!(served.contains(must), "the trace lacks {must}: the run did not serve\n{served:?}");
+    }
+    let mut used = cluster(dir.path());
+    used.extend(served);
     let denied: Vec<&String> = used.iter().filter(|c| !allowed.contains(*c)).collect();
     assert!(denied.is_empty(), "memlendd makes calls the unit's filter denies: {denied:?}");
 }
