@@ -194,9 +194,12 @@ fn cluster(dir: &Path) -> BTreeSet<String> {
         api.display()
     );
     let daemon = Traced::start(dir, "cluster", addr, &extra);
+    // Both come up after the page listener, each in its own time.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::os::unix::net::UnixStream::connect(&api).is_err() {
-        assert!(Instant::now() < deadline, "no API socket at {}", api.display());
+    while std::os::unix::net::UnixStream::connect(&api).is_err()
+        || !memlend_net::someone_listens(metrics)
+    {
+        assert!(Instant::now() < deadline, "no API socket at {} or metrics", api.display());
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut http = std::net::TcpStream::connect(metrics).unwrap();
