@@ -106,6 +106,12 @@ pub struct RunArgs {
     /// nothing.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
     pub follow_fork: String,
+    /// When a process whose far pages do not fit its budget forks, its
+    /// dirty pages must reach the store for the child: `lazy` writes them
+    /// after the fork, between faults (the fork waits only to
+    /// write-protect them); `eager` writes them all before it goes on.
+    #[arg(long, value_name = "lazy|eager", default_value = "lazy", value_parser = ["lazy", "eager"])]
+    pub fork_clean: String,
     /// Where a forking process keeps the bytes its child still owes to
     /// read while the parent rewrites them: an unlinked file on local
     /// disk, at most twice the far size, empty once no child lives.
@@ -267,6 +273,7 @@ fn set_env(
         .env(shim::READ_BLOCK_PAGES, a.read_block.to_string())
         .env(shim::HUGE_PAGES, &a.huge_pages)
         .env(shim::FOLLOW_FORK, &a.follow_fork)
+        .env(shim::FORK_CLEAN, &a.fork_clean)
         .env(shim::FORK_SPILL_DIR, absolute(&a.fork_spill))
         .env(shim::BATCH_FAULTS, &a.batch_faults);
     match a.mem {

@@ -215,12 +215,14 @@ fn print_forks(reports: &[Value]) {
     }
     eprintln!(
         "memlend run: fork: {forks} forks ({} ms getting ready), {} children served; they read \
-         {} far pages through their parent, which wrote {} dirty pages out at the forks, kept \
-         at most {} old pages for them and unshared {} pages to evict them",
+         {} far pages through their parent, which wrote {} dirty pages out for the forks ({} \
+         of them after the fork), kept at most {} old pages for them and unshared {} pages to \
+         evict them",
         sum(reports, "fork_pause_ms"),
         sum(reports, "fork_children"),
         sum(reports, "fork_pages_sent"),
         sum(reports, "fork_pages_cleaned"),
+        sum(reports, "fork_pages_cleaned_after"),
         sum(reports, "fork_kept_pages_peak"),
         sum(reports, "pages_unshared"),
     );

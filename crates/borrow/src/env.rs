@@ -43,6 +43,8 @@ pub const READ_BLOCK_PAGES: &str = "MEMLEND_READ_BLOCK_PAGES";
 pub const HUGE_PAGES: &str = "MEMLEND_HUGE_PAGES";
 /// `memlend run --follow-fork`: `on` (the default) or `off`.
 pub const FOLLOW_FORK: &str = "MEMLEND_FOLLOW_FORK";
+/// `memlend run --fork-clean`: `lazy` (the default) or `eager`.
+pub const FORK_CLEAN: &str = "MEMLEND_FORK_CLEAN";
 /// `memlend run --fork-spill`: the directory where a forked child's parent
 /// keeps the old bytes of pages it rewrites (an unlinked file; /var/tmp
 /// when unset).

@@ -25,7 +25,9 @@ use crate::child_cache::ChildCache;
 use crate::uffd::{Msg, Uffd};
 use memlend_store::PAGE_SIZE;
 use std::io;
+use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -71,6 +73,13 @@ pub struct ChildRegion {
     /// Pages read in and not written that the child keeps mapped at most.
     pub budget_pages: usize,
     pub discarded: Arc<Discarded>,
+    /// The pages a lazy pause left dirty (`Paused::pending_bits`; empty for
+    /// none): shared until the parent says on `notices` that the store has
+    /// their bytes, then dropped unless the child wrote them.
+    pub pending: Vec<u64>,
+    /// Where the parent says which pending pages are written: u32 page
+    /// numbers, little-endian, until it closes its end.
+    pub notices: Option<UnixStream>,
 }
 
 /// Pages read from the parent in one request at most: the missing faults
@@ -84,6 +93,13 @@ pub fn serve_child(region: ChildRegion, source: Box<dyn ChildSource>) -> io::Res
     let uffd = Uffd::open_child()?;
     uffd.register(region.base, region.pages as usize * PAGE_SIZE, true)?;
     drop_shared(&region)?;
+    let mut region = region;
+    if let Err(e) = protect_pending(&uffd, &region) {
+        // Unprotected, a write of the child's would go unseen: it keeps
+        // every pending page instead (memory, not bytes, is lost).
+        tracing::warn!("forked child: write-protecting the pages it shares: {e}");
+        region.pending.clear();
+    }
     let cache = ChildCache::new(region.pages, region.budget_pages);
     let server = ChildServer {
         uffd,
@@ -92,6 +108,7 @@ pub fn serve_child(region: ChildRegion, source: Box<dyn ChildSource>) -> io::Res
         written: vec![false; 0],
         cache,
         buf: vec![0; BATCH_PAGES_MAX * PAGE_SIZE],
+        notice_buf: Vec::with_capacity(NOTICE_BYTES_MAX),
     };
     std::thread::Builder::new().name("memlend-child".into()).spawn(move || server.run())?;
     Ok(())
@@ -129,6 +146,32 @@ fn drop_shared(region: &ChildRegion) -> io::Result<()> {
     Ok(())
 }
 
+/// Write-protect the pending pages, which the child shares with its
+/// parent: a write of the child's own then faults, and marks the page
+/// written, so it is never dropped for the parent's copy.
+fn protect_pending(uffd: &Uffd, region: &ChildRegion) -> io::Result<()> {
+    let pending = |page: usize| bit(&region.pending, page as u32);
+    let mut page = 0;
+    // Bounded: each turn moves past at least one page.
+    while page < region.pages as usize {
+        if !pending(page) {
+            page += 1;
+            continue;
+        }
+        let run = (page..region.pages as usize).take_while(|&p| pending(p)).count();
+        uffd.protect(region.base + page * PAGE_SIZE, run * PAGE_SIZE)?;
+        page += run;
+    }
+    Ok(())
+}
+
+fn bit(bits: &[u64], page: u32) -> bool {
+    bits.get(page as usize / 64).is_some_and(|w| w & (1 << (page % 64)) != 0)
+}
+
+/// Bytes of notices read at once.
+const NOTICE_BYTES_MAX: usize = 4096;
+
 struct ChildServer {
     uffd: Uffd,
     region: ChildRegion,
@@ -139,6 +182,8 @@ struct ChildServer {
     /// written; those are never dropped).
     cache: ChildCache,
     buf: Vec<u8>,
+    /// Notices read and not yet whole (a page number split by a read).
+    notice_buf: Vec<u8>,
 }
 
 impl ChildServer {
@@ -146,9 +191,18 @@ impl ChildServer {
         self.written = vec![false; self.region.pages as usize];
         let mut msgs = [Msg::default(); 16];
         loop {
-            if let Err(e) = wait_readable(&self.uffd) {
-                tracing::error!("forked child's fault handler: poll: {e}");
-                return;
+            let ready = match wait_readable(&self.uffd, self.region.notices.as_ref()) {
+                Ok(ready) => ready,
+                Err(e) => {
+                    tracing::error!("forked child's fault handler: poll: {e}");
+                    return;
+                }
+            };
+            if ready.notices {
+                self.take_notices();
+            }
+            if !ready.faults {
+                continue;
             }
             let n = match self.uffd.read_msgs(&mut msgs) {
                 Ok(n) => n,
@@ -215,6 +269,64 @@ impl ChildServer {
         self.drop_over_budget();
     }
 
+    /// Read what the parent says it has written, and drop the pending
+    /// pages named that the child has not written nor thrown away: they
+    /// are read through the parent from now on. A write of the child's
+    /// racing the drop waits on this thread (its WP fault), finds the page
+    /// gone, and reads it in.
+    fn take_notices(&mut self) {
+        let Some(stream) = self.region.notices.as_mut() else { return };
+        let had = self.notice_buf.len();
+        self.notice_buf.resize(NOTICE_BYTES_MAX, 0);
+        let n = match stream.read(&mut self.notice_buf[had..]) {
+            Ok(0) => {
+                self.region.notices = None; // the parent is done
+                0
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) => {
+                tracing::error!("forked child: reading the parent's notices: {e}");
+                self.region.notices = None;
+                0
+            }
+        };
+        self.notice_buf.truncate(had + n);
+        let whole = self.notice_buf.len() / 4 * 4;
+        let pages: Vec<u32> = self.notice_buf[..whole]
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        self.notice_buf.drain(..whole);
+        for page in pages {
+            self.written_by_parent(page);
+        }
+    }
+
+    fn written_by_parent(&mut self, page: u32) {
+        let Some(word) = self.region.pending.get_mut(page as usize / 64) else { return };
+        let bit = 1u64 << (page % 64);
+        if *word & bit == 0 {
+            return;
+        }
+        *word &= !bit;
+        if self.written[page as usize] || self.region.discarded.has(page) {
+            return; // the child's own bytes now: kept
+        }
+        let addr = self.addr(page);
+        // The raw syscall, as in `drop_over_budget`.
+        // SAFETY: drops one page of the region, which this thread serves
+        // again (from the parent) on its next touch.
+        let rc = unsafe { libc::syscall(libc::SYS_madvise, addr, PAGE_SIZE, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            tracing::warn!("forked child: dropping page {page}: {}", io::Error::last_os_error());
+            return;
+        }
+        if let Some(w) = self.region.in_store.get_mut(page as usize / 64) {
+            *w |= bit;
+        }
+    }
+
     /// Read from the store (through the parent) rather than zero-filled.
     fn reads_store(&self, page: u32) -> bool {
         let in_store = self.region.in_store.get(page as usize / 64);
@@ -266,13 +378,28 @@ fn report(page: u32, what: &str, result: io::Result<()>) {
     }
 }
 
-fn wait_readable(uffd: &Uffd) -> io::Result<()> {
-    let mut fd = libc::pollfd { fd: uffd.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+struct ChildReady {
+    faults: bool,
+    notices: bool,
+}
+
+fn wait_readable(uffd: &Uffd, notices: Option<&UnixStream>) -> io::Result<ChildReady> {
+    let pollfd = |fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut fds = [pollfd(uffd.as_fd().as_raw_fd()), pollfd(-1)];
+    let count = match notices {
+        Some(stream) => {
+            fds[1].fd = stream.as_raw_fd();
+            2
+        }
+        None => 1,
+    };
     loop {
-        // SAFETY: one valid pollfd, and we pass a count of one.
-        let rc = unsafe { libc::poll(&mut fd, 1, -1) };
+        // SAFETY: `count` valid pollfds.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), count, -1) };
         if rc >= 0 {
-            return Ok(());
+            // A closed or failed notice socket reads as its end.
+            let notices = count == 2 && fds[1].revents != 0;
+            return Ok(ChildReady { faults: fds[0].revents != 0, notices });
         }
         let err = io::Error::last_os_error();
         if err.raw_os_error() != Some(libc::EINTR) {

@@ -25,6 +25,9 @@ impl Handler {
             self.core.discards.settled(start, end);
             return;
         };
+        // Whatever these pages hold next is not their bytes at a lazy
+        // fork: its child keeps its copies (`fork_lazy.rs`).
+        self.core.lazy.forget(first, count);
         // MADV_DONTNEED (all `Region::discard` uses) and munmap drop the
         // pages for sure. Any other madvise may be MADV_FREE, which leaves a
         // page mapped, with its data, until the kernel reclaims it, and then
@@ -76,6 +79,9 @@ impl Handler {
              by mremap; regions must not be moved, those pages are no longer handled"
         );
         Counters::add(&self.core.counters.remap_events, 1);
+        if let Some((first, count)) = self.pages_within(from, from + len) {
+            self.core.lazy.forget(first, count);
+        }
     }
 
     /// The region's pages inside `start..end`, as (first, count); None if

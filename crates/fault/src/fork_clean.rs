@@ -43,8 +43,20 @@ const CLEAN_CHUNK_PAGES: usize = 256;
 /// Every write-back must be settled first: the handler writes these
 /// itself, and no other write of the same pages may be in flight.
 pub(crate) fn clean_for_fork(core: &mut Core) {
+    let dirty = dirty_pages(core);
+    clean_pages(core, &dirty, &mut Vec::new());
+}
+
+/// Every `Dirty` page, in order.
+pub(crate) fn dirty_pages(core: &Core) -> Vec<u32> {
+    (0..core.pages).filter(|&p| core.table.get(p) == PageState::Dirty).collect()
+}
+
+/// Clean those of `pages` (in order) that are `Dirty` and mapped,
+/// `CLEAN_CHUNK_PAGES` at a time; the pages cleaned go into `cleaned`.
+pub(crate) fn clean_pages(core: &mut Core, pages: &[u32], cleaned: &mut Vec<u32>) {
     let dirty: Vec<u32> =
-        (0..core.pages).filter(|&p| core.table.get(p) == PageState::Dirty).collect();
+        pages.iter().copied().filter(|&p| core.table.get(p) == PageState::Dirty).collect();
     let mut runs = Vec::new();
     // Bounded: each turn takes up to `CLEAN_CHUNK_PAGES` of the list.
     for chunk in dirty.chunks(CLEAN_CHUNK_PAGES) {
@@ -71,6 +83,9 @@ pub(crate) fn clean_for_fork(core: &mut Core) {
         let result = core.store.write(&ops);
         drop(ops);
         settle_runs(core, &runs, result.is_ok());
+        if result.is_ok() {
+            runs.iter().for_each(|&(first, count)| cleaned.extend(first..first + count));
+        }
         if let Err(e) = result {
             tracing::error!(
                 "fault handler: writing pages for a fork failed, the child shares them: {e}"
@@ -81,7 +96,7 @@ pub(crate) fn clean_for_fork(core: &mut Core) {
 
 /// Write-protect the runs of `pages` that are mapped; (first page, count)
 /// of each protected run goes into `runs`.
-fn protect_mapped_runs(core: &Core, pages: &[u32], runs: &mut Vec<(u32, u32)>) {
+pub(crate) fn protect_mapped_runs(core: &Core, pages: &[u32], runs: &mut Vec<(u32, u32)>) {
     let mut mapped = Vec::with_capacity(pages.len());
     let mut i = 0;
     // Bounded: each turn moves past one run of consecutive pages.

@@ -85,12 +85,13 @@ impl Handler {
                 huge.scan(&self.core.table, self.core.base, self.core.budget_pages);
             }
             let ahead = self.eviction.wants_headroom(&self.core);
+            let lazy = self.core.lazy.busy();
             // Finished fetches and write-backs ring the bell; the short
             // timeout while they are out is only a backstop.
             let waiting = !self.deferred.is_empty()
                 || self.eviction.writer.any_busy()
                 || self.ahead.fetcher.busy();
-            let timeout = match (ahead, waiting) {
+            let timeout = match (ahead || lazy, waiting) {
                 (true, _) => 0,
                 (false, true) => DEFERRED_POLL_MS,
                 (false, false) => POLL_TIMEOUT_MS,
@@ -100,6 +101,7 @@ impl Handler {
                 // A fetch or write-back finished: the loop's top takes it.
                 Ok(Ready::Bell) => self.core.bell.clear(),
                 Ok(Ready::Nothing) if ahead => self.eviction.evict_ahead(&mut self.core),
+                Ok(Ready::Nothing) if lazy => crate::fork_lazy::write_some(&mut self.core),
                 Ok(Ready::Nothing) => {}
                 Ok(Ready::Faults) => {
                     let n =
@@ -235,6 +237,10 @@ impl Handler {
     /// (`InStore` and `Clean`), which the child need not share; and wait
     /// until the owner has forked. Then, if the budget was lowered, evict
     /// down to it (the victims are clean now: dropped with no write).
+    ///
+    /// A lazy pause (`Region::pause_lazy`) evicts first and then, instead
+    /// of writing the dirty pages, write-protects them and lists them as
+    /// pending: they are written after the fork (`fork_lazy.rs`).
     fn park_for_fork(&mut self) {
         use crate::pause::PauseStep;
         use crate::state::PageState::{Clean, InStore};
@@ -243,15 +249,24 @@ impl Handler {
         self.ahead.finish_all_fetches(&mut self.core, &mut self.eviction);
         self.pause.at(PauseStep::WriteBacks);
         self.eviction.settle_all(&mut self.core);
+        self.pause.at(PauseStep::Cleaning);
+        // The last fork's pending pages are its child's: written first.
+        crate::fork_lazy::write_all(&mut self.core);
+        let lazy = self.pause.is_lazy();
+        let mut pending = vec![0u64; (self.core.pages as usize).div_ceil(64)];
         if self.core.table.held() > self.core.budget_pages {
-            self.pause.at(PauseStep::Cleaning);
             debug_assert!(!self.eviction.writer.any_busy(), "write-backs settle before the clean");
-            crate::fork_clean::clean_for_fork(&mut self.core);
+            if !lazy {
+                crate::fork_clean::clean_for_fork(&mut self.core);
+            }
             // The owner may have lowered the budget to make room for the
             // child (`--mem`): give the room now, before the child needs it.
             self.pause.at(PauseStep::Evicting);
             self.follow_budget();
             self.eviction.evict_down_to_budget(&mut self.core);
+            if lazy {
+                pending = crate::fork_lazy::protect_dirty(&self.core);
+            }
         }
         self.pause.at(PauseStep::Listing);
         let pages = self.core.pages;
@@ -264,7 +279,8 @@ impl Handler {
         Counters::add(&self.core.counters.forks, 1);
         let took_ns = started.elapsed().as_nanos() as u64;
         Counters::add(&self.core.counters.fork_pause_ns, took_ns);
-        self.pause.park(in_store);
+        self.pause.park(crate::pause::Parked { in_store, pending: pending.clone() });
+        self.core.lazy.start(pending, self.pause.take_sink());
     }
 
     /// Take a budget set by `Region::set_budget_pages`. Going down, the

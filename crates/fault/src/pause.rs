@@ -10,7 +10,8 @@
 //! pause ends. Faults that come meanwhile wait, as they would for any slow
 //! store read.
 
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use crate::fork_lazy::ForkWritten;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -49,10 +50,19 @@ enum Phase {
     Running,
     /// Asked to pause; the handler has not parked yet.
     Asked,
-    /// Parked; the pages the store held, one bit a page.
-    Parked(Vec<u64>),
+    /// Parked with its lists.
+    Parked(Parked),
     /// The owner took the list; the handler stays parked.
     Held,
+}
+
+/// What the parked handler lists, one bit a page each.
+pub(crate) struct Parked {
+    /// The pages whose bytes the store holds (`InStore`, `Clean`).
+    pub in_store: Vec<u64>,
+    /// Dirty pages write-protected for a lazy clean (`fork_lazy.rs`): the
+    /// child shares them until told they are written.
+    pub pending: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -60,6 +70,10 @@ pub(crate) struct Pause {
     phase: Mutex<Phase>,
     changed: Condvar,
     step: AtomicU8,
+    /// This pause cleans lazily (`Region::pause_lazy`).
+    lazy: AtomicBool,
+    /// Told which pending pages are written, from the end of the pause.
+    sink: Mutex<Option<Box<dyn ForkWritten>>>,
 }
 
 impl Pause {
@@ -68,9 +82,26 @@ impl Pause {
     }
 
     /// The owner: ask the handler to park. The bell must be rung after.
-    pub(crate) fn ask(&self) {
+    pub(crate) fn ask(&self, lazy: bool) {
         self.step.store(PauseStep::Asked as u8, Relaxed);
+        self.lazy.store(lazy, Relaxed);
+        *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self.lock() = Phase::Asked;
+    }
+
+    /// The handler: whether the pause asked for is lazy.
+    pub(crate) fn is_lazy(&self) -> bool {
+        self.lazy.load(Relaxed)
+    }
+
+    /// The owner, while the handler is parked: who to tell.
+    pub(crate) fn set_sink(&self, sink: Box<dyn ForkWritten>) {
+        *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(sink);
+    }
+
+    /// The handler, once the pause has ended.
+    pub(crate) fn take_sink(&self) -> Option<Box<dyn ForkWritten>> {
+        self.sink.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// The handler: where it is on its way to park.
@@ -83,10 +114,10 @@ impl Pause {
         matches!(*self.lock(), Phase::Asked)
     }
 
-    /// The handler: park with `in_store` until the owner ends the pause.
-    pub(crate) fn park(&self, in_store: Vec<u64>) {
+    /// The handler: park with its lists until the owner ends the pause.
+    pub(crate) fn park(&self, lists: Parked) {
         let mut phase = self.lock();
-        *phase = Phase::Parked(in_store);
+        *phase = Phase::Parked(lists);
         self.changed.notify_all();
         while !matches!(*phase, Phase::Running) {
             phase = self.changed.wait(phase).unwrap_or_else(|e| e.into_inner());
@@ -95,7 +126,7 @@ impl Pause {
 
     /// The owner: wait until the handler parks, and take its list. None if
     /// `alive` says the handler thread is gone (it would never park).
-    pub(crate) fn wait_parked(&self, alive: impl Fn() -> bool) -> Option<Vec<u64>> {
+    pub(crate) fn wait_parked(&self, alive: impl Fn() -> bool) -> Option<Parked> {
         let started = Instant::now();
         let mut next_log = SLOW_PAUSE;
         let mut phase = self.lock();
@@ -110,10 +141,10 @@ impl Pause {
                 next_log += SLOW_PAUSE;
             }
             if let Phase::Parked(_) = *phase {
-                let Phase::Parked(bits) = std::mem::replace(&mut *phase, Phase::Held) else {
+                let Phase::Parked(lists) = std::mem::replace(&mut *phase, Phase::Held) else {
                     unreachable!("matched just above")
                 };
-                return Some(bits);
+                return Some(lists);
             }
             if !alive() {
                 *phase = Phase::Running;

@@ -5,6 +5,7 @@ use crate::discards::Discards;
 use crate::doorbell::Doorbell;
 use crate::error::{FaultError, Result};
 use crate::fetch::{Fetcher, IN_FLIGHT_MAX};
+use crate::fork_lazy::ForkWritten;
 use crate::handler::Handler;
 use crate::mem::{Mapping, PageBuf};
 use crate::shared::Core;
@@ -302,6 +303,7 @@ impl Region {
             intent: crate::intent::WriteIntent::new(tuning.write_intent),
             zpool,
             trace,
+            lazy: Default::default(),
         };
         let pause = Arc::new(crate::pause::Pause::default());
         let handler = Handler {
@@ -405,11 +407,27 @@ impl Region {
     /// bytes only the store holds (the others are mapped, or read as zero).
     /// Faults meanwhile wait. Fails if the handler is gone.
     pub fn pause(&self) -> Result<Paused<'_>> {
-        self.pause.ask();
+        self.pause_as(false)
+    }
+
+    /// `pause`, but the dirty pages are not written before the fork: they
+    /// are write-protected and listed as pending (`Paused::pending_bits`),
+    /// the child shares them, and the handler writes them after the pause,
+    /// between faults, telling the sink given to `Paused::clean_lazily` as
+    /// each lands ("Forked children" in DESIGN.md). Without a sink they
+    /// stay dirty and the child keeps sharing them.
+    pub fn pause_lazy(&self) -> Result<Paused<'_>> {
+        self.pause_as(true)
+    }
+
+    fn pause_as(&self, lazy: bool) -> Result<Paused<'_>> {
+        self.pause.ask(lazy);
         self.bell.ring();
         let alive = || self.thread.as_ref().is_some_and(|t| !t.is_finished());
         match self.pause.wait_parked(alive) {
-            Some(in_store) => Ok(Paused { region: self, in_store }),
+            Some(lists) => {
+                Ok(Paused { region: self, in_store: lists.in_store, pending: lists.pending })
+            }
             None => Err(FaultError::Config("the fault handler is not running".into())),
         }
     }
@@ -497,6 +515,8 @@ pub struct Paused<'a> {
     /// One bit a page: set if the store holds its bytes (`InStore`, or
     /// mapped `Clean`).
     in_store: Vec<u64>,
+    /// One bit a page: dirty pages a lazy clean writes after the pause.
+    pending: Vec<u64>,
 }
 
 impl Paused<'_> {
@@ -509,6 +529,19 @@ impl Paused<'_> {
     /// The pages in the store, one bit a page (bit `p % 64` of word `p / 64`).
     pub fn in_store_bits(&self) -> &[u64] {
         &self.in_store
+    }
+
+    /// The pages a lazy pause left dirty and write-protected, one bit a
+    /// page: the child shares them until `sink` says they are written.
+    /// Empty (all zero) for `Region::pause`.
+    pub fn pending_bits(&self) -> &[u64] {
+        &self.pending
+    }
+
+    /// After `Region::pause_lazy`: tell `sink` which pending pages are
+    /// written, as they land. Called before the pause ends.
+    pub fn clean_lazily(&self, sink: Box<dyn ForkWritten>) {
+        self.region.pause.set_sink(sink);
     }
 }
 

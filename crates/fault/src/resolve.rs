@@ -164,6 +164,11 @@ impl Handler {
     /// page came first. If the page was evicted since, the writer only needs
     /// waking: its retry faults as missing.
     fn write_to_clean(&mut self, page: u32) -> Step {
+        if self.core.lazy.has(page) {
+            // Dirty since before a lazy fork: its child still needs these
+            // bytes in the store before the write changes them.
+            crate::fork_lazy::write_before_change(&mut self.core, page);
+        }
         let page_addr = self.core.page_addr(page);
         let state = self.core.table.get(page);
         if state == PageState::Clean {

@@ -51,6 +51,8 @@ pub(crate) struct Core {
     pub zpool: Option<crate::zpool::ZPool>,
     /// Every fault goes here too, if tracing (`trace.rs`).
     pub trace: Option<crate::trace::Trace>,
+    /// Dirty pages a lazy fork left to write (`fork_lazy.rs`).
+    pub lazy: crate::fork_lazy::LazyClean,
 }
 
 impl Core {

@@ -30,6 +30,7 @@ pub(crate) struct Counters {
     pub pages_unshared: AtomicU64,
     pub forks: AtomicU64,
     pub pages_cleaned_for_fork: AtomicU64,
+    pub pages_cleaned_after_fork: AtomicU64,
     pub fork_pause_ns: AtomicU64,
     pub pages_zeroed_ahead: AtomicU64,
     pub from_staging: AtomicU64,
@@ -167,9 +168,12 @@ pub struct HandlerStats {
     pub pages_unshared: u64,
     /// Times the handler parked for a fork (`Region::pause`).
     pub forks: u64,
-    /// `Dirty` pages written to the store before a fork, so that the
-    /// child need not share them (`fork_clean.rs`).
+    /// `Dirty` pages written to the store for a fork, so that the child
+    /// need not share them (`fork_clean.rs`), before or after it.
     pub pages_cleaned_for_fork: u64,
+    /// Of those, the pages a lazy clean wrote after its fork
+    /// (`fork_lazy.rs`).
+    pub pages_cleaned_after_fork: u64,
     /// Time the handler spent getting ready for forks (settling, writing
     /// dirty pages out, making room), faults waiting meanwhile.
     pub fork_pause_ns: u64,
@@ -319,6 +323,7 @@ impl Counters {
             pages_unshared: self.pages_unshared.load(Relaxed),
             forks: self.forks.load(Relaxed),
             pages_cleaned_for_fork: self.pages_cleaned_for_fork.load(Relaxed),
+            pages_cleaned_after_fork: self.pages_cleaned_after_fork.load(Relaxed),
             fork_pause_ns: self.fork_pause_ns.load(Relaxed),
             pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
             faults_from_staging: self.from_staging.load(Relaxed),

@@ -2,13 +2,15 @@
 //! the parent's dirty pages are written out at the fork, so the child
 //! shares none and reads every page as it was at the fork through its
 //! parent, from a snapshot of the store, while the parent rewrites them all;
-//! the parent's eviction copes with pages the fork had shared.
+//! the parent's eviction copes with pages the fork had shared. A lazy fork
+//! writes them after it instead, and the child drops its shared copies as
+//! it is told of each write.
 
 use memlend_fault::{serve_child, serve_link, ChildRegion, Discarded, LinkSource};
-use memlend_fault::{Region, RegionConfig};
+use memlend_fault::{ForkWritten, Region, RegionConfig};
 use memlend_store::layer::snapshot::{Owed, Snapshots};
 use memlend_store::ram::{RamOptions, RamStore};
-use memlend_store::PAGE_SIZE;
+use memlend_store::{PageStore, ReadOp, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
@@ -59,6 +61,8 @@ fn child(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
         in_store,
         budget_pages: CHILD_BUDGET_PAGES,
         discarded: Arc::clone(&discarded),
+        pending: Vec::new(),
+        notices: None,
     };
     if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
         return 2;
@@ -142,15 +146,7 @@ fn fork_and_serve(
     }
     drop(child_end);
     drop(paused);
-    let server = {
-        let store = store.clone();
-        std::thread::spawn(move || {
-            let read = |page: u32, buf: &mut [u8]| {
-                store.read_snapshot(snapshot, u64::from(page), buf).map_err(std::io::Error::other)
-            };
-            serve_link(parent_end, read, &std::sync::atomic::AtomicU64::new(0))
-        })
-    };
+    let server = serve_from(store, snapshot, parent_end);
     meanwhile();
     let mut status = 0;
     // SAFETY: waits for our own child.
@@ -160,6 +156,41 @@ fn fork_and_serve(
     let kept = store.stats().kept_pages;
     store.release(snapshot);
     (libc::WEXITSTATUS(status), sent, kept)
+}
+
+/// A thread rewriting `pages` with a new seed each pass until told to
+/// stop; it returns the next seed.
+fn rewriting(
+    base: usize,
+    pages: std::ops::Range<usize>,
+) -> (Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<u64>) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let told = Arc::clone(&stop);
+    let writer = std::thread::spawn(move || {
+        let mut seed = 10;
+        // Bounded: ends when the parent says so, a pass at a time.
+        while !told.load(std::sync::atomic::Ordering::Relaxed) {
+            fill(base, pages.clone(), seed);
+            seed += 1;
+        }
+        seed
+    });
+    (stop, writer)
+}
+
+/// A thread answering the child's link from `snapshot`.
+fn serve_from<S: PageStore + Send + Sync + 'static>(
+    store: &Arc<Snapshots<S>>,
+    snapshot: u64,
+    parent_end: UnixStream,
+) -> std::thread::JoinHandle<std::io::Result<u64>> {
+    let store = store.clone();
+    std::thread::spawn(move || {
+        let read = |page: u32, buf: &mut [u8]| {
+            store.read_snapshot(snapshot, u64::from(page), buf).map_err(std::io::Error::other)
+        };
+        serve_link(parent_end, read, &std::sync::atomic::AtomicU64::new(0))
+    })
 }
 
 #[test]
@@ -213,6 +244,8 @@ fn child_compares_shared(base: usize, in_store: Vec<u64>, link: UnixStream) -> i
         in_store,
         budget_pages: CHILD_BUDGET_PAGES,
         discarded,
+        pending: Vec::new(),
+        notices: None,
     };
     if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
         return 2;
@@ -232,23 +265,11 @@ fn child_compares_shared(base: usize, in_store: Vec<u64>, link: UnixStream) -> i
 fn a_write_racing_the_forks_clean_waits_and_the_child_reads_the_fork_moment() {
     let Some((store, region)) = region_filled() else { return };
     let base = region.as_ptr() as usize;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // A writer rewriting the first pages (resident, so it never waits on a
     // fault of its own), a new seed each pass, across the pause and the
     // fork: a page the clean wrote before its protection held would reach
     // the child with other bytes than it shares.
-    let writer = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut seed = 10;
-            // Bounded: ends when the parent says so, a pass at a time.
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                fill(base, 0..HOT_PAGES, seed);
-                seed += 1;
-            }
-            seed
-        })
-    };
+    let (stop, writer) = rewriting(base, 0..HOT_PAGES);
     std::thread::sleep(std::time::Duration::from_millis(20));
     let (code, _, _) = fork_and_serve(&store, &region, child_compares_shared, || {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -260,4 +281,211 @@ fn a_write_racing_the_forks_clean_waits_and_the_child_reads_the_fork_moment() {
     assert!(region.handler_stats().pages_cleaned_for_fork > 0, "nothing was cleaned");
     fill(base, 0..PAGES, 99);
     assert_eq!(first_wrong(base, 0..PAGES, 99), None);
+}
+
+/// A lazy clean's sink as the shim's: the snapshot owes each page written,
+/// then the child hears of it.
+struct TestSink {
+    store: Arc<Snapshots<SlowWrites>>,
+    snapshot: u64,
+    to_child: UnixStream,
+}
+
+impl ForkWritten for TestSink {
+    fn written(&mut self, pages: &[u32]) -> bool {
+        use std::io::Write;
+        self.store.owe(self.snapshot, pages);
+        let bytes: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
+        self.to_child.write_all(&bytes).is_ok()
+    }
+}
+
+/// In the child of a lazy fork: the pages it shares are the fork's until
+/// the parent has written them; then it drops them and reads them through
+/// the parent. Every page must read as at the fork, before and after.
+fn child_lazy(
+    base: usize,
+    in_store: Vec<u64>,
+    pending: Vec<u64>,
+    link: UnixStream,
+    notices: UnixStream,
+    mut parent_done: UnixStream,
+) -> i32 {
+    use std::io::Read;
+    let pending_count: u32 = pending.iter().map(|w| w.count_ones()).sum();
+    if pending_count == 0 {
+        return 10;
+    }
+    let Some(shared) = shared_pages(base) else { return 2 };
+    // What each page held at the fork: a shared page its bytes then (a
+    // writer was rewriting some), the others the first fill.
+    let wrong = || {
+        (0..PAGES).any(|p| match shared.iter().find(|(q, _)| *q == p) {
+            // SAFETY: a page of the region, served by this child's handler.
+            Some((_, bytes)) => unsafe {
+                std::slice::from_raw_parts(word(base, p, 0) as *const u8, PAGE_SIZE)
+                    != bytes.as_slice()
+            },
+            None => first_wrong(base, p..p + 1, 1).is_some(),
+        })
+    };
+    let region = ChildRegion {
+        base,
+        pages: PAGES as u32,
+        in_store,
+        budget_pages: CHILD_BUDGET_PAGES,
+        discarded: Arc::new(Discarded::new(PAGES as u32)),
+        pending,
+        notices: Some(notices),
+    };
+    if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
+        return 2;
+    }
+    if wrong() {
+        return 3;
+    }
+    // The parent has rewritten every page: each pending one was written
+    // first, and the child was told.
+    if parent_done.read_exact(&mut [0u8]).is_err() {
+        return 11;
+    }
+    // Bounded: two seconds for the notices to be taken.
+    let mut dropped = false;
+    for _ in 0..200 {
+        let mut mapped = vec![0u8; PAGES];
+        // SAFETY: one byte a page of the region into `mapped`; reads no page.
+        if unsafe { libc::mincore(base as *mut _, PAGES * PAGE_SIZE, mapped.as_mut_ptr()) } != 0 {
+            return 2;
+        }
+        dropped = mapped.iter().filter(|&&b| b & 1 != 0).count() <= CHILD_BUDGET_PAGES;
+        if dropped {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if !dropped {
+        return 5; // still sharing the pages the parent wrote
+    }
+    // Read again, through the parent where dropped: still the fork's bytes.
+    if wrong() {
+        return 4;
+    }
+    0
+}
+
+/// The pages mapped in this process, with a copy of their bytes.
+fn shared_pages(base: usize) -> Option<Vec<(usize, Vec<u8>)>> {
+    let mut mapped = vec![0u8; PAGES];
+    // SAFETY: one byte a page of the region into `mapped`; reads no page.
+    if unsafe { libc::mincore(base as *mut _, PAGES * PAGE_SIZE, mapped.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    let copy = |p: usize| {
+        // SAFETY: the page is mapped (mincore above) and nothing else
+        // touches the region here yet.
+        unsafe { std::slice::from_raw_parts(word(base, p, 0) as *const u8, PAGE_SIZE) }.to_vec()
+    };
+    Some((0..PAGES).filter(|&p| mapped[p] & 1 != 0).map(|p| (p, copy(p))).collect())
+}
+
+/// A RAM store whose writes take `LAZY_WRITE_MS` each: the lazy clean's
+/// idle writes leave the program time to write the pages they come to
+/// later.
+struct SlowWrites(RamStore);
+
+const LAZY_WRITE_MS: u64 = 2;
+/// The lazy test's budget: more dirty pages than one idle write takes.
+const LAZY_BUDGET_PAGES: usize = 320;
+/// The pages its writer rewrites: the last ones, resident, and the last
+/// that the idle writes come to.
+const LAZY_HOT: std::ops::Range<usize> = PAGES - HOT_PAGES..PAGES;
+
+impl PageStore for SlowWrites {
+    fn info(&self) -> StoreInfo {
+        self.0.info()
+    }
+    fn read(&self, ops: &mut [ReadOp<'_>]) -> StoreResult<()> {
+        self.0.read(ops)
+    }
+    fn write(&self, ops: &[WriteOp<'_>]) -> StoreResult<()> {
+        std::thread::sleep(std::time::Duration::from_millis(LAZY_WRITE_MS));
+        self.0.write(ops)
+    }
+    fn discard(&self, page: u64, count: u64) -> StoreResult<()> {
+        self.0.discard(page, count)
+    }
+    fn flush(&self) -> StoreResult<()> {
+        self.0.flush()
+    }
+}
+
+/// Checked to fail (the child reads the writer's bytes, not the fork's)
+/// with the write before a WP fault's unprotect taken out of `resolve.rs`.
+#[test]
+fn a_lazy_fork_writes_dirty_pages_after_it_and_the_child_still_reads_the_fork_moment() {
+    if let Err(why) = memlend_fault::check_access() {
+        memlend_testskip::skip(&format!("userfaultfd: {why}"));
+        return;
+    }
+    let ram = RamStore::new(PAGES as u64, RamOptions::default()).unwrap();
+    let store = Arc::new(Snapshots::new(SlowWrites(ram)));
+    let config = RegionConfig {
+        size_bytes: PAGES * PAGE_SIZE,
+        budget_pages: LAZY_BUDGET_PAGES,
+        evict_batch_pages: 32,
+    };
+    let region = Region::new(config, store.clone()).unwrap();
+    let base = region.as_ptr() as usize;
+    fill(base, 0..PAGES, 1);
+    // A writer rewriting resident pages across the pause: its WP faults
+    // wait out the pause, then come before any idle write, so each
+    // pending page it writes must reach the store with its fork bytes
+    // before the new ones.
+    let (stop, writer) = rewriting(base, LAZY_HOT);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let paused = region.pause_lazy().unwrap();
+    let in_store = paused.in_store_bits().to_vec();
+    let pending = paused.pending_bits().to_vec();
+    let pending_count: u64 = pending.iter().map(|w| u64::from(w.count_ones())).sum();
+    assert!(pending_count > 0, "no dirty page was left pending");
+    let mut owed = Owed::new(PAGES as u64);
+    (0..PAGES as u64).filter(|&p| paused.in_store(p)).for_each(|p| owed.set(p));
+    assert_eq!(owed.count() + pending_count, PAGES as u64, "every page in the store or pending");
+    let snapshot = store.take(owed).unwrap();
+    let (parent_end, child_end) = UnixStream::pair().unwrap();
+    let (to_child, notices) = UnixStream::pair().unwrap();
+    let (mut done_tx, done_rx) = UnixStream::pair().unwrap();
+    paused.clean_lazily(Box::new(TestSink { store: store.clone(), snapshot, to_child }));
+    // SAFETY: the child runs only `child_lazy` and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        drop((parent_end, done_tx));
+        let run = move || child_lazy(base, in_store, pending, child_end, notices, done_rx);
+        let code = std::panic::catch_unwind(run).unwrap_or(9);
+        // SAFETY: leaves the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(code) };
+    }
+    drop((child_end, notices, done_rx));
+    drop(paused);
+    let server = serve_from(&store, snapshot, parent_end);
+    // Some pending pages go in the idle writes, some as the writer
+    // rewrites them (a WP fault), the rest as eviction takes them.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    fill(base, 0..PAGES, 2);
+    // A child that found a wrong page has left: its exit code says so.
+    let _ = std::io::Write::write_all(&mut done_tx, &[1]);
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "the child found a wrong page or kept its shares");
+    server.join().unwrap().unwrap();
+    let h = region.handler_stats();
+    assert_eq!(h.pages_cleaned_after_fork, pending_count, "every pending page written once");
+    assert!(store.stats().kept_pages > 0, "the parent's writes kept old bytes");
+    store.release(snapshot);
+    assert_eq!(first_wrong(base, 0..PAGES, 2), None, "the parent's own pages");
 }

@@ -40,6 +40,9 @@ pub struct Config {
     /// A forked child sees far memory as at its fork (`MEMLEND_FOLLOW_FORK`);
     /// off, the region is MADV_DONTFORK and a child has none.
     pub follow_fork: bool,
+    /// A fork's dirty pages are written after it (`MEMLEND_FORK_CLEAN`
+    /// lazy, the default) or before it goes on (eager).
+    pub lazy_fork_clean: bool,
     /// Where a forking process spills the old bytes it keeps for a child
     /// (`MEMLEND_FORK_SPILL_DIR`, /var/tmp when unset).
     pub fork_spill_dir: PathBuf,
@@ -90,6 +93,11 @@ pub fn from_env() -> Result<Option<Config>> {
         None | Some("on") => true,
         Some(other) => bail!("{}={other}: expected on or off", memlend_borrow::env::FOLLOW_FORK),
     };
+    let lazy_fork_clean = match var(memlend_borrow::env::FORK_CLEAN).as_deref() {
+        None | Some("lazy") => true,
+        Some("eager") => false,
+        Some(other) => bail!("{}={other}: expected lazy or eager", memlend_borrow::env::FORK_CLEAN),
+    };
     let batch_fault_reads = on_off(memlend_borrow::env::BATCH_FAULTS)?;
     Ok(Some(Config {
         batch_fault_reads,
@@ -105,6 +113,7 @@ pub fn from_env() -> Result<Option<Config>> {
         read_block_pages_max,
         huge_pages,
         follow_fork,
+        lazy_fork_clean,
         fork_spill_dir: var(memlend_borrow::env::FORK_SPILL_DIR)
             .map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from),
         mem_bytes,

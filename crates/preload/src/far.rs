@@ -207,6 +207,11 @@ pub fn follows_fork() -> bool {
     CONFIG.get().is_some_and(|c| c.follow_fork)
 }
 
+/// `memlend run --fork-clean lazy`: a fork's dirty pages are written after it.
+pub fn lazy_fork_clean() -> bool {
+    CONFIG.get().is_some_and(|c| c.lazy_fork_clean)
+}
+
 /// `memlend run --mem`: the far budget follows the rest of the process.
 pub fn mem_limited() -> bool {
     CONFIG.get().is_some_and(|c| c.mem_bytes.is_some())

@@ -6,13 +6,16 @@
 //! goes on changing it. Around fork (pthread_atfork, registered at load so
 //! that ours run first in the child and last before the fork):
 //!
-//! - before: the parent's handler settles and parks (`Region::pause`), the
+//! - before: the parent's handler settles and parks (`Region::pause_lazy`,
+//!   or `Region::pause` with `--fork-clean eager`), the
 //!   store starts keeping the old bytes of every page it alone holds
 //!   (a snapshot, `memlend_store::layer::snapshot`), and a socket pair is
 //!   made;
 //! - in the parent: the handler goes on, and a thread answers the child's
 //!   requests for pages from the snapshot until the child exits or execs,
-//!   then releases it;
+//!   then releases it; with a lazy clean the handler writes the dirty
+//!   pages the child shares between faults, the snapshot owes each once
+//!   written, and another thread tells the child, which drops its copy;
 //! - in the child: before any other fork handler can touch the region, a
 //!   handler of the child's own serves it (`memlend_fault::serve_child`):
 //!   the pages that were mapped are shared by the kernel, the others come
@@ -22,7 +25,7 @@
 
 use crate::heap::Heap;
 use memlend_fault::{
-    serve_child, serve_link, ChildRegion, ChildSource, Discarded, LinkSource, Paused,
+    serve_child, serve_link, ChildRegion, ChildSource, Discarded, ForkWritten, LinkSource, Paused,
 };
 use memlend_store::file::{FileOptions, FileStore};
 use memlend_store::layer::snapshot::Owed;
@@ -77,6 +80,41 @@ struct Pending {
     in_store: Vec<u64>,
     parent_end: UnixStream,
     child_end: UnixStream,
+    /// A lazy clean's pending pages, and how the child hears of their
+    /// writes (`Notices`).
+    pending: Vec<u64>,
+    notices: Option<Notices>,
+}
+
+/// The parent's side of telling a child which pending pages are written:
+/// the handler's sink sends page lists here, and a thread of the parent's
+/// passes them on to the child's socket (the handler must never wait on a
+/// child that is slow to read).
+struct Notices {
+    lists: std::sync::mpsc::Receiver<Vec<u32>>,
+    parent_end: UnixStream,
+    child_end: UnixStream,
+    /// Set when the child's link ends (it exited or exec'd).
+    child_gone: Arc<AtomicBool>,
+}
+
+/// The handler's sink for a lazy clean: the snapshot owes each written
+/// page from now on, then the child hears of it.
+struct NoticeSink {
+    snapshots: Arc<crate::heap::SnapshotStore>,
+    snapshot: u64,
+    lists: std::sync::mpsc::Sender<Vec<u32>>,
+    child_gone: Arc<AtomicBool>,
+}
+
+impl ForkWritten for NoticeSink {
+    fn written(&mut self, pages: &[u32]) -> bool {
+        if self.child_gone.load(Relaxed) {
+            return false;
+        }
+        self.snapshots.owe(self.snapshot, pages);
+        self.lists.send(pages.to_vec()).is_ok()
+    }
 }
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
@@ -161,7 +199,8 @@ fn before_fork() {
 fn prepare(heap: &'static Heap) -> anyhow::Result<Pending> {
     ensure_spill(heap);
     make_room_for_child(heap);
-    let paused = heap.region.pause()?;
+    let lazy = crate::far::lazy_fork_clean();
+    let paused = if lazy { heap.region.pause_lazy()? } else { heap.region.pause()? };
     let pages = heap.region.len() as u64 / PAGE_SIZE as u64;
     let mut owed = Owed::new(pages);
     (0..pages).filter(|&p| paused.in_store(p)).for_each(|p| owed.set(p));
@@ -174,7 +213,40 @@ fn prepare(heap: &'static Heap) -> anyhow::Result<Pending> {
     };
     let (parent_end, child_end) = UnixStream::pair()?;
     let in_store = paused.in_store_bits().to_vec();
-    Ok(Pending { paused, snapshot, in_store, parent_end, child_end })
+    let pending = paused.pending_bits().to_vec();
+    let notices = match snapshot {
+        Some(id) if pending.iter().any(|&w| w != 0) => Some(lazy_sink(heap, &paused, id)?),
+        // No sink: the pending pages stay dirty and the child shares them.
+        _ => None,
+    };
+    Ok(Pending { paused, snapshot, in_store, parent_end, child_end, pending, notices })
+}
+
+/// Give the paused handler a sink for its lazy clean of snapshot `id`.
+fn lazy_sink(heap: &Heap, paused: &Paused<'_>, id: u64) -> std::io::Result<Notices> {
+    let (parent_end, child_end) = UnixStream::pair()?;
+    let (tx, lists) = std::sync::mpsc::channel();
+    let child_gone = Arc::new(AtomicBool::new(false));
+    paused.clean_lazily(Box::new(NoticeSink {
+        snapshots: Arc::clone(&heap.snapshots),
+        snapshot: id,
+        lists: tx,
+        child_gone: Arc::clone(&child_gone),
+    }));
+    Ok(Notices { lists, parent_end, child_end, child_gone })
+}
+
+/// In the parent: pass the written pages' lists on to the child until the
+/// handler is done with them (it drops the sink) or the child is gone.
+fn pass_notices(lists: std::sync::mpsc::Receiver<Vec<u32>>, mut to_child: UnixStream) {
+    use std::io::Write;
+    // Bounded: ends when the sink is dropped; each turn is one list.
+    for pages in lists.iter() {
+        let bytes: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
+        if to_child.write_all(&bytes).is_err() {
+            return; // the child is gone; the sink hears so from the link
+        }
+    }
 }
 
 /// A child's budget, in pages, for a parent whose budget is `parent_pages`.
@@ -228,11 +300,24 @@ fn ensure_spill(heap: &Heap) {
 fn after_fork_in_parent() {
     release_arena();
     let Some(p) = pending().take() else { return };
-    let Pending { paused, snapshot, parent_end, child_end, .. } = p;
+    let Pending { paused, snapshot, parent_end, child_end, notices, .. } = p;
     drop(child_end);
     drop(paused);
     crate::fork_watch::fork_done();
     FORKING.store(false, SeqCst);
+    let child_gone = notices.map(|n| {
+        drop(n.child_end);
+        let (lists, to_child) = (n.lists, n.parent_end);
+        let spawned = std::thread::Builder::new()
+            .name("memlend-notice".into())
+            .spawn(move || pass_notices(lists, to_child));
+        if let Err(e) = spawned {
+            // The sink's sends fail, and the handler stops: the child keeps
+            // sharing what is left.
+            tracing::error!("fork: no thread to tell the child of written pages: {e}");
+        }
+        n.child_gone
+    });
     let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else { return };
     CHILDREN.fetch_add(1, Relaxed);
     let serve = move || {
@@ -242,6 +327,9 @@ fn after_fork_in_parent() {
         };
         if let Err(e) = serve_link(parent_end, read, &PAGES_SENT) {
             tracing::error!("fork: serving a child's far pages: {e}");
+        }
+        if let Some(gone) = child_gone {
+            gone.store(true, Relaxed);
         }
         heap.snapshots.release(id);
     };
@@ -260,19 +348,34 @@ fn after_fork_in_child() {
         return; // the region is MADV_DONTFORK: not here at all
     }
     let pages = (heap.region.len() / PAGE_SIZE) as u32;
-    let (in_store, source): (Vec<u64>, Box<dyn ChildSource>) = match pending().take() {
-        Some(p) => {
-            let Pending { paused, in_store, parent_end, child_end, .. } = p;
-            drop(parent_end);
-            // The parent's pause lives in the parent; the copy here ends nothing.
-            std::mem::forget(paused);
-            (in_store, Box::new(LinkSource::new(child_end)))
-        }
-        // The parent could not hold its handler still (logged there): no
-        // page not mapped now can be trusted, so each one fails (SIGBUS)
-        // rather than read as zeroes.
-        None => (vec![u64::MAX; (pages as usize).div_ceil(64)], Box::new(Refused)),
-    };
+    type Shared = (Vec<u64>, Option<UnixStream>);
+    let (in_store, source, (pending, notices)): (Vec<u64>, Box<dyn ChildSource>, Shared) =
+        match pending().take() {
+            Some(p) => {
+                let Pending { paused, in_store, parent_end, child_end, pending, notices, .. } = p;
+                drop(parent_end);
+                // The parent's pause lives in the parent; the copy here ends nothing.
+                std::mem::forget(paused);
+                let notices = notices.map(|n| {
+                    // The receiver's copy here is never read: forgotten, as
+                    // the sink's in the handler's pause is.
+                    std::mem::forget(n.lists);
+                    drop(n.parent_end);
+                    n.child_end
+                });
+                (in_store, Box::new(LinkSource::new(child_end)), (pending, notices))
+            }
+            // The parent could not hold its handler still (logged there): no
+            // page not mapped now can be trusted, so each one fails (SIGBUS)
+            // rather than read as zeroes.
+            None => {
+                let all = vec![u64::MAX; (pages as usize).div_ceil(64)];
+                (all, Box::new(Refused), (Vec::new(), None))
+            }
+        };
+    // Without notices the child never learns a pending page is written:
+    // it keeps sharing them all.
+    let pending = if notices.is_some() { pending } else { Vec::new() };
     FORKING.store(false, SeqCst);
     let discarded = Arc::new(Discarded::new(pages));
     let _ = DISCARDED.set(Arc::clone(&discarded));
@@ -283,6 +386,8 @@ fn after_fork_in_child() {
         in_store,
         budget_pages: child_budget_pages(budget),
         discarded,
+        pending,
+        notices,
     };
     // A grandchild is not followed (its parent, this child, has no store
     // to keep a snapshot in): it gets no copy of the region at all, so a

@@ -155,13 +155,14 @@ pub fn stats_json() -> Option<String> {
     let _ = write!(
         j,
         "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"pages_unshared\":{},\
-         \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_snapshots_given_up\":{},\"fork_pause_ms\":{},",
+         \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_pages_cleaned_after\":{},\"fork_snapshots_given_up\":{},\"fork_pause_ms\":{},",
         h.forks,
         crate::fork::CHILDREN.load(std::sync::atomic::Ordering::Relaxed),
         crate::fork::PAGES_SENT.load(std::sync::atomic::Ordering::Relaxed),
         h.pages_unshared,
         snapshots.kept_pages_peak,
         h.pages_cleaned_for_fork,
+        h.pages_cleaned_after_fork,
         snapshots.given_up,
         h.fork_pause_ns / 1_000_000,
     );

@@ -58,6 +58,11 @@ impl Owed {
     pub fn count(&self) -> u64 {
         self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
     }
+
+    /// Pages the set can name (a multiple of 64 at least `new`'s count).
+    fn pages(&self) -> u64 {
+        self.bits.len() as u64 * 64
+    }
 }
 
 struct Snap {
@@ -129,6 +134,21 @@ impl<S: PageStore> Snapshots<S> {
         state.live.push(Snap { id, owed, kept: HashMap::new(), broken: None });
         self.live.store(state.live.len(), Ordering::SeqCst);
         Ok(id)
+    }
+
+    /// Owe `pages` too, as the store holds them now: for a fork whose dirty
+    /// pages are written after it (the fault handler's lazy clean), each
+    /// joins the snapshot once its write at the fork's bytes has landed. The
+    /// caller makes sure no later write of these pages has started. A
+    /// snapshot released or given up meanwhile owes nothing more.
+    pub fn owe(&self, id: u64, pages: &[u32]) {
+        let mut state = self.lock();
+        let Some(snap) = state.live.iter_mut().find(|s| s.id == id) else { return };
+        for &page in pages {
+            if u64::from(page) < snap.owed.pages() {
+                snap.owed.set(u64::from(page));
+            }
+        }
     }
 
     /// Keep old bytes in `spill` (one slot a page) from now on, not in

@@ -150,3 +150,22 @@ fn a_full_spill_store_gives_the_snapshot_up_and_never_the_write() {
     assert_eq!(snap_read(&s, next, 4), page(1));
     s.release(next);
 }
+
+/// A page owed late (a lazy clean wrote the fork's bytes after the
+/// snapshot): its first write before that is not kept, later ones are.
+#[test]
+fn a_page_owed_after_its_fork_write_keeps_only_later_writes() {
+    let s = store(4);
+    (0..4).for_each(|p| write(&s, p, 0x10 + p as u8));
+    let id = s.take(owing(4, &[0])).unwrap();
+    write(&s, 2, 0x22); // the fork's bytes, written after the snapshot
+    assert!(s.read_snapshot(id, 2, &mut page(0)).is_err(), "not owed yet");
+    assert_eq!(s.stats().kept_pages, 0, "a write of a page not owed keeps nothing");
+    s.owe(id, &[2, 9_999]);
+    write(&s, 2, 0x23);
+    assert_eq!(snap_read(&s, id, 2), page(0x22));
+    assert_eq!(s.stats().owed_pages, 2, "a page past the end is ignored");
+    s.release(id);
+    s.owe(id, &[1]); // released: nothing to owe
+    assert_eq!(s.stats().owed_pages, 0);
+}
