@@ -354,6 +354,12 @@ def memlend_summary(text):
         m = re.search(r"fork: (\d+) forks \((\d+) ms getting ready\).* wrote (\d+) dirty pages out", ln)
         if m:
             out["forks"], out["fork_pause_ms"], out["fork_pages_cleaned"] = (int(g) for g in m.groups())
+        for key, pat in (("fork_pages_sent", r"read (\d+) far pages through their parent"),
+                         ("fork_pages_cleaned_after", r"\((\d+) of them after the fork\)"),
+                         ("fork_kept_pages_peak", r"kept at most (\d+) old pages")):
+            m = re.search(pat, ln) if "fork:" in ln else None
+            if m:
+                out[key] = int(m.group(1))
         if "from the store" not in ln:
             continue
         for key, pat in (("zero_filled", r"(\d+) zero-filled"), ("store_faults", r"(\d+) from the store"),
