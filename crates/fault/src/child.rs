@@ -383,6 +383,11 @@ struct ChildReady {
     notices: bool,
 }
 
+/// How long the child's handler polls, yielding, for its next fault before
+/// it sleeps: a `BGSAVE` child faults every few microseconds, and a wake
+/// across cores costs 15-50 us on these VMs (see `child_link.rs`).
+const FAULT_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
+
 fn wait_readable(uffd: &Uffd, notices: Option<&UnixStream>) -> io::Result<ChildReady> {
     let pollfd = |fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     let mut fds = [pollfd(uffd.as_fd().as_raw_fd()), pollfd(-1)];
@@ -393,9 +398,16 @@ fn wait_readable(uffd: &Uffd, notices: Option<&UnixStream>) -> io::Result<ChildR
         }
         None => 1,
     };
+    let spin_until = std::time::Instant::now() + FAULT_SPIN;
+    // Bounded: a sleeping poll from `spin_until` on; each turn is one poll.
     loop {
+        let spinning = std::time::Instant::now() < spin_until;
         // SAFETY: `count` valid pollfds.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), count, -1) };
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), count, if spinning { 0 } else { -1 }) };
+        if rc == 0 && spinning {
+            std::thread::yield_now();
+            continue;
+        }
         if rc >= 0 {
             // A closed or failed notice socket reads as its end.
             let notices = count == 2 && fds[1].revents != 0;

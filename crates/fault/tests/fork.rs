@@ -8,7 +8,7 @@
 
 use memlend_fault::{serve_child, serve_link, ChildRegion, Discarded, LinkSource};
 use memlend_fault::{ForkWritten, Region, RegionConfig};
-use memlend_store::layer::snapshot::{Owed, Snapshots};
+use memlend_store::layer::snapshot::{LateOwed, Owed, Snapshots};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, ReadOp, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
 use std::os::unix::net::UnixStream;
@@ -286,15 +286,14 @@ fn a_write_racing_the_forks_clean_waits_and_the_child_reads_the_fork_moment() {
 /// A lazy clean's sink as the shim's: the snapshot owes each page written,
 /// then the child hears of it.
 struct TestSink {
-    store: Arc<Snapshots<SlowWrites>>,
-    snapshot: u64,
+    late: Arc<LateOwed>,
     to_child: UnixStream,
 }
 
 impl ForkWritten for TestSink {
     fn written(&mut self, pages: &[u32]) -> bool {
         use std::io::Write;
-        self.store.owe(self.snapshot, pages);
+        self.late.owe(pages);
         let bytes: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
         self.to_child.write_all(&bytes).is_ok()
     }
@@ -455,7 +454,8 @@ fn a_lazy_fork_writes_dirty_pages_after_it_and_the_child_still_reads_the_fork_mo
     let (parent_end, child_end) = UnixStream::pair().unwrap();
     let (to_child, notices) = UnixStream::pair().unwrap();
     let (mut done_tx, done_rx) = UnixStream::pair().unwrap();
-    paused.clean_lazily(Box::new(TestSink { store: store.clone(), snapshot, to_child }));
+    let late = store.late_owed(snapshot).unwrap();
+    paused.clean_lazily(Box::new(TestSink { late, to_child }));
     // SAFETY: the child runs only `child_lazy` and leaves with _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());

@@ -28,7 +28,7 @@ use memlend_fault::{
     serve_child, serve_link, ChildRegion, ChildSource, Discarded, ForkWritten, LinkSource, Paused,
 };
 use memlend_store::file::{FileOptions, FileStore};
-use memlend_store::layer::snapshot::Owed;
+use memlend_store::layer::snapshot::{LateOwed, Owed};
 use memlend_store::PAGE_SIZE;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
@@ -99,10 +99,11 @@ struct Notices {
 }
 
 /// The handler's sink for a lazy clean: the snapshot owes each written
-/// page from now on, then the child hears of it.
+/// page from now on, then the child hears of it. Neither waits: the owed
+/// bits take no lock (the snapshot layer's may be held across spill file
+/// I/O), and the lists go through a channel.
 struct NoticeSink {
-    snapshots: Arc<crate::heap::SnapshotStore>,
-    snapshot: u64,
+    late: Arc<LateOwed>,
     lists: std::sync::mpsc::Sender<Vec<u32>>,
     child_gone: Arc<AtomicBool>,
 }
@@ -112,7 +113,7 @@ impl ForkWritten for NoticeSink {
         if self.child_gone.load(Relaxed) {
             return false;
         }
-        self.snapshots.owe(self.snapshot, pages);
+        self.late.owe(pages);
         self.lists.send(pages.to_vec()).is_ok()
     }
 }
@@ -214,22 +215,23 @@ fn prepare(heap: &'static Heap) -> anyhow::Result<Pending> {
     let (parent_end, child_end) = UnixStream::pair()?;
     let in_store = paused.in_store_bits().to_vec();
     let pending = paused.pending_bits().to_vec();
-    let notices = match snapshot {
-        Some(id) if pending.iter().any(|&w| w != 0) => Some(lazy_sink(heap, &paused, id)?),
+    let late = snapshot.and_then(|id| heap.snapshots.late_owed(id));
+    let notices = match late {
+        Some(late) if pending.iter().any(|&w| w != 0) => Some(lazy_sink(&paused, late)?),
         // No sink: the pending pages stay dirty and the child shares them.
         _ => None,
     };
     Ok(Pending { paused, snapshot, in_store, parent_end, child_end, pending, notices })
 }
 
-/// Give the paused handler a sink for its lazy clean of snapshot `id`.
-fn lazy_sink(heap: &Heap, paused: &Paused<'_>, id: u64) -> std::io::Result<Notices> {
+/// Give the paused handler a sink for its lazy clean, whose pages the
+/// snapshot owes `late`.
+fn lazy_sink(paused: &Paused<'_>, late: Arc<LateOwed>) -> std::io::Result<Notices> {
     let (parent_end, child_end) = UnixStream::pair()?;
     let (tx, lists) = std::sync::mpsc::channel();
     let child_gone = Arc::new(AtomicBool::new(false));
     paused.clean_lazily(Box::new(NoticeSink {
-        snapshots: Arc::clone(&heap.snapshots),
-        snapshot: id,
+        late,
         lists: tx,
         child_gone: Arc::clone(&child_gone),
     }));

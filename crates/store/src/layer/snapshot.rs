@@ -28,7 +28,7 @@ use super::snapshot_spill::{broken, read_slot, write_slots, Kept, Spill};
 use crate::{PageStore, ReadOp, StoreError, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Snapshots live at once: one a forked child that has not exited.
 pub const SNAPSHOTS_MAX: usize = 16;
@@ -65,13 +65,55 @@ impl Owed {
     }
 }
 
+/// Pages a snapshot owes from after it was taken (a lazy fork clean's,
+/// as each page's write at the fork's bytes lands): set without the
+/// layer's lock, which a spill file's I/O may hold for milliseconds, by
+/// the fault handler's thread.
+#[derive(Debug)]
+pub struct LateOwed {
+    bits: Vec<AtomicU64>,
+}
+
+impl LateOwed {
+    fn new(pages: u64) -> LateOwed {
+        LateOwed { bits: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// Owe `pages` too, as the store holds them now. The caller makes sure
+    /// no later write of these pages has started; a page past the end is
+    /// ignored.
+    pub fn owe(&self, pages: &[u32]) {
+        for &page in pages {
+            if let Some(word) = self.bits.get(page as usize / 64) {
+                word.fetch_or(1 << (page % 64), Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn has(&self, page: u64) -> bool {
+        let word = self.bits.get((page / 64) as usize);
+        word.is_some_and(|w| w.load(Ordering::SeqCst) & (1 << (page % 64)) != 0)
+    }
+
+    fn count(&self) -> u64 {
+        self.bits.iter().map(|w| u64::from(w.load(Ordering::Relaxed).count_ones())).sum()
+    }
+}
+
 struct Snap {
     id: u64,
     owed: Owed,
+    late: Arc<LateOwed>,
     /// Old bytes of owed pages written or discarded since.
     kept: HashMap<u64, Kept>,
     /// Why the snapshot was given up, if it was: its reads fail.
     broken: Option<String>,
+}
+
+impl Snap {
+    fn owes(&self, page: u64) -> bool {
+        self.owed.has(page) || self.late.has(page)
+    }
 }
 
 #[derive(Default)]
@@ -131,7 +173,8 @@ impl<S: PageStore> Snapshots<S> {
         }
         let id = state.next_id;
         state.next_id += 1;
-        state.live.push(Snap { id, owed, kept: HashMap::new(), broken: None });
+        let late = Arc::new(LateOwed::new(owed.pages()));
+        state.live.push(Snap { id, owed, late, kept: HashMap::new(), broken: None });
         self.live.store(state.live.len(), Ordering::SeqCst);
         Ok(id)
     }
@@ -142,13 +185,15 @@ impl<S: PageStore> Snapshots<S> {
     /// caller makes sure no later write of these pages has started. A
     /// snapshot released or given up meanwhile owes nothing more.
     pub fn owe(&self, id: u64, pages: &[u32]) {
-        let mut state = self.lock();
-        let Some(snap) = state.live.iter_mut().find(|s| s.id == id) else { return };
-        for &page in pages {
-            if u64::from(page) < snap.owed.pages() {
-                snap.owed.set(u64::from(page));
-            }
+        if let Some(late) = self.late_owed(id) {
+            late.owe(pages);
         }
+    }
+
+    /// Snapshot `id`'s pages owed late, to `owe` them without this layer's
+    /// lock. None if it was released.
+    pub fn late_owed(&self, id: u64) -> Option<Arc<LateOwed>> {
+        self.lock().live.iter().find(|s| s.id == id).map(|s| Arc::clone(&s.late))
     }
 
     /// Keep old bytes in `spill` (one slot a page) from now on, not in
@@ -193,7 +238,7 @@ impl<S: PageStore> Snapshots<S> {
         let state = self.lock();
         SnapshotStats {
             live: state.live.len(),
-            owed_pages: state.live.iter().map(|s| s.owed.count()).sum(),
+            owed_pages: state.live.iter().map(|s| s.owed.count() + s.late.count()).sum(),
             kept_pages: state.live.iter().map(|s| s.kept.len() as u64).sum(),
             kept_pages_peak: self.kept_pages_peak.load(Ordering::Relaxed),
             given_up: self.given_up.load(Ordering::Relaxed),
@@ -227,7 +272,7 @@ impl<S: PageStore> Snapshots<S> {
         if let Some(why) = &snap.broken {
             return Err(StoreError::Unavailable(why.clone()));
         }
-        if !snap.owed.has(page) {
+        if !snap.owes(page) {
             return Err(StoreError::OutOfRange { page, count: 1, pages: 0 });
         }
         match snap.kept.get(&page) {
@@ -254,8 +299,7 @@ impl<S: PageStore> Snapshots<S> {
         }
         let wanted: Vec<(u64, Option<&[u8]>)> = {
             let state = self.lock();
-            let owes =
-                |p: u64| state.live.iter().any(|s| s.owed.has(p) && !s.kept.contains_key(&p));
+            let owes = |p: u64| state.live.iter().any(|s| s.owes(p) && !s.kept.contains_key(&p));
             pages.filter(|&(p, _)| owes(p)).collect()
         };
         for chunk in wanted.chunks(KEEP_BATCH_PAGES) {
@@ -292,7 +336,7 @@ impl<S: PageStore> Snapshots<S> {
         }
         let wanted: Vec<(u64, &[u8])> = changed
             .iter()
-            .filter(|(page, _)| snap.owed.has(*page) && !snap.kept.contains_key(page))
+            .filter(|(page, _)| snap.owes(*page) && !snap.kept.contains_key(page))
             .copied()
             .collect();
         if wanted.is_empty() {
