@@ -189,6 +189,10 @@ struct ChildServer {
 impl ChildServer {
     fn run(mut self) {
         self.written = vec![false; self.region.pages as usize];
+        // As the parent's handler does (`cpu.rs`): the faulting thread waits
+        // while this one serves it, so they share a core, and the wake after
+        // each page is not one across cores (15-50 us here).
+        let mut follow = crate::cpu::Follow::new(true);
         let mut msgs = [Msg::default(); 16];
         loop {
             let ready = match wait_readable(&self.uffd, self.region.notices.as_ref()) {
@@ -211,6 +215,11 @@ impl ChildServer {
                     return;
                 }
             };
+            for msg in &msgs[..n] {
+                if let Msg::Fault(fault) = msg {
+                    follow.fault(fault.tid);
+                }
+            }
             self.serve(&msgs[..n]);
         }
     }

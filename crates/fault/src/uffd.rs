@@ -169,10 +169,11 @@ const REGION_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
 /// and it would wait for ever on an event only it can read.
 const STAGING_FEATURES: u64 = FEATURE_MOVE;
 /// A forked child's descriptor (`child.rs`): WP faults, to know the pages
-/// it wrote, and POISON for pages its parent cannot give. No events: the
+/// it wrote, POISON for pages its parent cannot give, and the faulting
+/// thread's id, to serve it from its core. No events: the
 /// child's own madvise and munmap must not wait on its handler, which
 /// drops pages with MADV_DONTNEED itself.
-const CHILD_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP | FEATURE_POISON;
+const CHILD_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP | FEATURE_POISON | FEATURE_THREAD_ID;
 
 impl Uffd {
     /// The descriptor a region is registered with.
