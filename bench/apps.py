@@ -144,6 +144,7 @@ from app_redis import Proc, RedisError, Resp, memlend_summary, other_benchmarks,
 from far_micro import (CG_ROOT, MIB, UNDO, ZRAM, ZSWAP, Machine, active_swaps, human, log,  # noqa: E402
                        on_signal, parse_size, read, sh, vmstat, write)
 from report import Column, report  # noqa: E402
+from stall_trace import StallTrace  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APPS = ["redis", "memcached"]
@@ -719,11 +720,19 @@ class Bench:
                 vm1, psi1, live1 = vmstat_all(), common.cpu_psi_total_us(), memlend_live()
                 donor_cpu1 = proc_cpu_s(getattr(self, "donor_pid", None))
                 bgsave = BgSave(port, a.seconds + 600) if a.bgsave and app.name == "redis" else None
+                trace = StallTrace(m.cg, os.path.join(self.workdir, f"perf_{tag}.data")) if a.trace else None
                 if bgsave:
                     bgsave.start()
                 res = run_json(self.ycsb_args(app, port, records, common_args +
                                               ["--seconds", str(a.seconds), "--seed", str(a.seed + 2000)]),
                                a.seconds + 180)
+                if trace:
+                    trace.stop()
+                    if res.get("max_at_unix_s") and res.get("max_us"):
+                        row["max_at_unix_s"] = res["max_at_unix_s"]
+                        row["trace_around_max"] = trace.around(res["max_at_unix_s"], res["max_us"] / 1e6)
+                        row["handler_stacks_around_max"] = trace.perf_around(res["max_at_unix_s"] - 0.1,
+                                                                             res["max_us"] / 1e6 + 0.1)
                 if bgsave:
                     bgsave.join(a.seconds + 660)
                     row.update(bgsave.out)
@@ -1167,6 +1176,9 @@ def main():
                     help="before each run wait up to S s for the CPUs to be >= 80%% idle (0: don't)")
     ap.add_argument("--bgsave", action="store_true", help="redis: BGSAVE at the start of each timed phase; "
                     "the fork's child writes the dataset while the load runs, and its time is in the table")
+    ap.add_argument("--trace", action="store_true", help="sample the memcg, reclaim counters and every "
+                    "thread every 10 ms in the timed phase; the row keeps the samples around its slowest "
+                    "operation (trace_around_max; bench/stall_trace.py)")
     ap.add_argument("--force", action="store_true", help="run even if another benchmark is running")
     ap.add_argument("--name", default="apps")
     a = ap.parse_args()

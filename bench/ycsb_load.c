@@ -437,6 +437,7 @@ typedef struct {
   uint64_t hist[NBUCKETS];
   double lat_sum_ns;
   uint64_t lat_max_ns;
+  uint64_t lat_max_at_ns;  // CLOCK_MONOTONIC when the slowest op was sent
   char err[200];
   // a batch: the ops and their keys
   uint64_t *keys;
@@ -611,7 +612,10 @@ static void run_phase(thr_t *t, counts_t *n, int timed) {
         uint64_t d = now_ns() - t0;
         t->hist[hbucket(d)]++;
         t->lat_sum_ns += (double)d;
-        if (d > t->lat_max_ns) t->lat_max_ns = d;
+        if (d > t->lat_max_ns) {
+          t->lat_max_ns = d;
+          t->lat_max_at_ns = t0;
+        }
       }
     }
   }
@@ -813,7 +817,7 @@ int main(int argc, char **argv) {
   counts_t warm = {0}, timed = {0}, load = {0};
   static uint64_t hist[NBUCKETS];
   double lat_sum = 0;
-  uint64_t lat_max = 0;
+  uint64_t lat_max = 0, lat_max_at = 0;
   const char *err = "";
   for (int i = 0; i < O.threads; i++) {
     sum(&warm, &T[i].warm);
@@ -821,7 +825,10 @@ int main(int argc, char **argv) {
     sum(&load, &T[i].load);
     for (int b = 0; b < NBUCKETS; b++) hist[b] += T[i].hist[b];
     lat_sum += T[i].lat_sum_ns;
-    if (T[i].lat_max_ns > lat_max) lat_max = T[i].lat_max_ns;
+    if (T[i].lat_max_ns > lat_max) {
+      lat_max = T[i].lat_max_ns;
+      lat_max_at = T[i].lat_max_at_ns;
+    }
     if (!err[0] && T[i].err[0]) err = T[i].err;
   }
   double secs = (double)(t1 - t0) / 1e9;
@@ -853,6 +860,11 @@ int main(int argc, char **argv) {
     }
     printf("\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,\"mean_us\":%.2f,\"max_us\":%.1f,", v[0] / 1e3,
            v[1] / 1e3, v[2] / 1e3, total ? lat_sum / (double)total / 1e3 : 0, lat_max / 1e3);
+    // the wall clock of the slowest op's send, to line it up with a trace taken beside the run
+    struct timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    double mono_to_real_s = (double)real.tv_sec + real.tv_nsec / 1e9 - (double)now_ns() / 1e9;
+    printf("\"max_at_unix_s\":%.3f,", lat_max ? mono_to_real_s + (double)lat_max_at / 1e9 : 0.0);
     printf("\"warm_ops\":%llu,\"warm_seconds\":%.3f,\"warm_misses\":%llu,\"warm_bad_values\":%llu,"
            "\"warm_errors\":%llu,",
            (unsigned long long)warm.ops, (double)(w1 - w0) / 1e9, (unsigned long long)warm.misses,

@@ -217,13 +217,15 @@ fn print_forks(reports: &[Value]) {
         "memlend run: fork: {forks} forks ({} ms getting ready), {} children served; they read \
          {} far pages through their parent, which wrote {} dirty pages out for the forks ({} \
          of them after the fork), kept at most {} old pages for them and unshared {} pages to \
-         evict them",
+         evict them ({} a batch at a time, {} one by one)",
         sum(reports, "fork_pause_ms"),
         sum(reports, "fork_children"),
         sum(reports, "fork_pages_sent"),
         sum(reports, "fork_pages_cleaned"),
         sum(reports, "fork_pages_cleaned_after"),
         sum(reports, "fork_kept_pages_peak"),
+        sum(reports, "pages_unshared") + sum(reports, "pages_unshared_ahead"),
+        sum(reports, "pages_unshared_ahead"),
         sum(reports, "pages_unshared"),
     );
     let given_up = sum(reports, "fork_snapshots_given_up");

@@ -93,6 +93,7 @@ impl Eviction {
         let mut victims = std::mem::take(&mut self.victims);
         let unused = core.table.take_victims(batch_pages.min(self.batch.max()), &mut victims);
         crate::fork_lazy::write_victims(core, &victims);
+        crate::unshare::unshare_victims(core, &victims);
         Counters::add(&core.counters.prefetch_wasted, unused as u64);
         let staged = self.stage(core, &mut victims, first_slot);
         core.reserve.set_staged(half, staged);

@@ -24,6 +24,7 @@
 //! no "old" bytes; the sink makes the snapshot owe it before any later
 //! write can start (they all come from this thread).
 
+use crate::page_bits::PageBits;
 use crate::shared::Core;
 use crate::stats::Counters;
 
@@ -45,9 +46,7 @@ const AROUND_WRITE_PAGES: usize = 16;
 
 #[derive(Default)]
 pub(crate) struct LazyClean {
-    /// One bit a page.
-    bits: Vec<u64>,
-    count: usize,
+    pending: PageBits,
     /// Where the idle writes go on from.
     cursor: u32,
     sink: Option<Box<dyn ForkWritten>>,
@@ -55,20 +54,18 @@ pub(crate) struct LazyClean {
 
 impl LazyClean {
     pub(crate) fn busy(&self) -> bool {
-        self.count > 0
+        self.pending.count() > 0
     }
 
     pub(crate) fn has(&self, page: u32) -> bool {
-        self.count > 0
-            && self.bits.get(page as usize / 64).is_some_and(|w| w & (1 << (page % 64)) != 0)
+        self.busy() && self.pending.has(page)
     }
 
     /// After the pause: write `pending` and tell `sink`. With no sink
     /// nobody would learn of the writes: nothing is pending then (the
     /// pages stay dirty; the child keeps sharing them).
     pub(crate) fn start(&mut self, pending: Vec<u64>, sink: Option<Box<dyn ForkWritten>>) {
-        self.count = pending.iter().map(|w| w.count_ones() as usize).sum();
-        self.bits = pending;
+        self.pending = PageBits::from_words(pending);
         self.cursor = 0;
         self.sink = sink;
         if self.sink.is_none() {
@@ -77,41 +74,35 @@ impl LazyClean {
     }
 
     pub(crate) fn clear(&mut self) {
-        self.bits.clear();
-        self.count = 0;
+        self.pending.clear();
         self.sink = None; // the sink's end: its child learns no more
     }
 
     /// Pages `first..first + count` changed in a way no write of ours
     /// shows (discarded, unmapped): the child keeps its copies.
     pub(crate) fn forget(&mut self, first: u32, count: u32) {
-        if self.count == 0 {
+        if !self.busy() {
             return;
         }
         for page in first..first.saturating_add(count) {
             self.take(page);
         }
-        if self.count == 0 {
+        if !self.busy() {
             self.clear();
         }
     }
 
     /// Clear `page`'s bit: whether it was set.
     fn take(&mut self, page: u32) -> bool {
-        let Some(word) = self.bits.get_mut(page as usize / 64) else { return false };
-        let bit = 1 << (page % 64);
-        let was = *word & bit != 0;
-        *word &= !bit;
-        self.count -= usize::from(was);
-        was
+        self.pending.take(page)
     }
 
     /// Take up to `max` pending pages from the cursor on (wrapping once).
     fn take_next(&mut self, max: usize, out: &mut Vec<u32>) {
-        let pages = (self.bits.len() * 64) as u32;
+        let pages = self.pending.span_pages();
         // Bounded: one pass over the bits at most.
         for step in 0..pages {
-            if out.len() >= max || self.count == 0 {
+            if out.len() >= max || !self.busy() {
                 break;
             }
             let page = (self.cursor + step) % pages;
@@ -146,7 +137,7 @@ fn write_taken(core: &mut Core, pages: &[u32]) {
         Some(sink) if !cleaned.is_empty() => sink.written(&cleaned),
         _ => true,
     };
-    if !wanted || core.lazy.count == 0 {
+    if !wanted || !core.lazy.busy() {
         core.lazy.clear();
     }
 }
@@ -220,7 +211,7 @@ mod tests {
     fn set(pages: &[u32]) -> LazyClean {
         let mut bits = vec![0u64; 2];
         pages.iter().for_each(|&p| bits[p as usize / 64] |= 1 << (p % 64));
-        LazyClean { count: pages.len(), bits, ..LazyClean::default() }
+        LazyClean { pending: PageBits::from_words(bits), ..LazyClean::default() }
     }
 
     #[test]

@@ -276,6 +276,8 @@ impl Handler {
                 in_store[page as usize / 64] |= 1 << (page % 64);
             }
         }
+        let table = &self.core.table;
+        self.core.shared.mark_mapped(pages, |page| table.get(page));
         Counters::add(&self.core.counters.forks, 1);
         let took_ns = started.elapsed().as_nanos() as u64;
         Counters::add(&self.core.counters.fork_pause_ns, took_ns);

@@ -34,6 +34,7 @@ mod intent;
 mod latency;
 mod mem;
 mod moveout;
+mod page_bits;
 mod pause;
 #[cfg(test)]
 mod policy_tests;
@@ -48,6 +49,7 @@ mod stats;
 pub mod trace;
 mod trend;
 mod uffd;
+mod unshare;
 mod write_failures;
 mod writeback;
 mod zpool;

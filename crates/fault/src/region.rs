@@ -304,6 +304,7 @@ impl Region {
             zpool,
             trace,
             lazy: Default::default(),
+            shared: Default::default(),
         };
         let pause = Arc::new(crate::pause::Pause::default());
         let handler = Handler {

@@ -53,6 +53,9 @@ pub(crate) struct Core {
     pub trace: Option<crate::trace::Trace>,
     /// Dirty pages a lazy fork left to write (`fork_lazy.rs`).
     pub lazy: crate::fork_lazy::LazyClean,
+    /// Pages the last fork shared, to unshare before they move out
+    /// (`unshare.rs`).
+    pub shared: crate::unshare::ForkShared,
 }
 
 impl Core {

@@ -28,6 +28,7 @@ pub(crate) struct Counters {
     pub eviction_batches_ahead: AtomicU64,
     pub evictions_on_fault: AtomicU64,
     pub pages_unshared: AtomicU64,
+    pub pages_unshared_ahead: AtomicU64,
     pub forks: AtomicU64,
     pub pages_cleaned_for_fork: AtomicU64,
     pub pages_cleaned_after_fork: AtomicU64,
@@ -166,6 +167,9 @@ pub struct HandlerStats {
     /// Pages a fork had shared with a child, written to so that they could
     /// move out (`moveout.rs`).
     pub pages_unshared: u64,
+    /// Pages a fork had shared, unshared a batch at a time before eviction
+    /// moved them out, keeping their protection and state (`unshare.rs`).
+    pub pages_unshared_ahead: u64,
     /// Times the handler parked for a fork (`Region::pause`).
     pub forks: u64,
     /// `Dirty` pages written to the store for a fork, so that the child
@@ -321,6 +325,7 @@ impl Counters {
             eviction_batches_ahead: self.eviction_batches_ahead.load(Relaxed),
             evictions_on_fault: self.evictions_on_fault.load(Relaxed),
             pages_unshared: self.pages_unshared.load(Relaxed),
+            pages_unshared_ahead: self.pages_unshared_ahead.load(Relaxed),
             forks: self.forks.load(Relaxed),
             pages_cleaned_for_fork: self.pages_cleaned_for_fork.load(Relaxed),
             pages_cleaned_after_fork: self.pages_cleaned_after_fork.load(Relaxed),

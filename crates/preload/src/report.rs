@@ -154,12 +154,13 @@ pub fn stats_json() -> Option<String> {
     let snapshots = heap.snapshots.stats();
     let _ = write!(
         j,
-        "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"pages_unshared\":{},\
+        "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"pages_unshared\":{},\"pages_unshared_ahead\":{},\
          \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_pages_cleaned_after\":{},\"fork_snapshots_given_up\":{},\"fork_pause_ms\":{},",
         h.forks,
         crate::fork::CHILDREN.load(std::sync::atomic::Ordering::Relaxed),
         crate::fork::PAGES_SENT.load(std::sync::atomic::Ordering::Relaxed),
         h.pages_unshared,
+        h.pages_unshared_ahead,
         snapshots.kept_pages_peak,
         h.pages_cleaned_for_fork,
         h.pages_cleaned_after_fork,
