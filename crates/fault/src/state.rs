@@ -161,8 +161,14 @@ impl PageTable {
         let byte = &mut self.bits[page as usize];
         let was = PageState::from_bits(*byte);
         *byte = (*byte & !STATE_MASK) | now as u8;
-        self.held += usize::from(now != PageState::Empty);
-        self.held -= usize::from(was != PageState::Empty);
+        // Branches, not `+= usize::from(..)`: see `page_bits.rs` (a rustc
+        // 1.95 miscompile of a bool added to a field).
+        if now != PageState::Empty {
+            self.held += 1;
+        }
+        if was != PageState::Empty {
+            self.held -= 1;
+        }
     }
 
     fn flag(&self, page: u32, flag: u8) -> bool {

@@ -228,6 +228,33 @@ fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
     assert!(resident <= BUDGET_PAGES, "{resident} pages resident, budget {BUDGET_PAGES}");
 }
 
+/// A fork the region was not paused for (a raw `fork`, no atfork
+/// handlers) also leaves every mapped page not anon-exclusive, but marks
+/// none: eviction must find them refused and unshare them one by one.
+#[test]
+fn pages_a_fork_shared_unannounced_still_move_out_one_by_one() {
+    let _turn = fork_turn();
+    let Some((_store, region)) = region_filled() else { return };
+    let base = region.as_ptr() as usize;
+    // SAFETY: the child runs nothing of ours: it leaves at once.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    // Every page rewritten: the ones mapped at the fork must move out.
+    fill(base, 0..PAGES, 2);
+    assert_eq!(first_wrong(base, 0..PAGES, 2), None);
+    let h = region.handler_stats();
+    assert!(h.pages_unshared > 0, "no shared page was unshared to move out");
+    assert_eq!(h.pages_unshared_ahead, 0, "no pause marked any page");
+    assert!(region.stats().pages_resident as usize <= BUDGET_PAGES);
+}
+
 /// In the child: copy the pages it shares with its parent (the kernel's
 /// copy of the fork moment), then serve the region, which drops them and
 /// reads them through the parent: the bytes must be the same.

@@ -32,7 +32,11 @@ struct Window {
 impl Window {
     fn take(&mut self, id: u32) -> bool {
         let was = std::mem::replace(&mut self.inside[id as usize], false);
-        self.live -= usize::from(was);
+        // Not `-= usize::from(was)`: rustc 1.95 miscompiles that when the
+        // bool is returned too (rust-lang/rust#158206).
+        if was {
+            self.live -= 1;
+        }
         was
     }
 
