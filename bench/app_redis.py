@@ -351,9 +351,12 @@ def memlend_summary(text):
         m = re.search(r"p99: read ([\d.]+), making room ([\d.]+), map ([\d.]+) us", ln)
         if m:
             out["read_p99_us"], out["room_p99_us"], out["map_p99_us"] = (float(g) for g in m.groups())
-        m = re.search(r"fork: (\d+) forks \((\d+) ms getting ready\).* wrote (\d+) dirty pages out", ln)
+        m = re.search(r"fork: (\d+) forks \((\d+) ms getting ready[:)].* wrote (\d+) dirty pages out", ln)
         if m:
             out["forks"], out["fork_pause_ms"], out["fork_pages_cleaned"] = (int(g) for g in m.groups())
+        m = re.search(r"getting ready: (\d+) evicting, (\d+) on the dirty pages\)", ln)
+        if m:
+            out["fork_pause_evict_ms"], out["fork_pause_dirty_ms"] = (int(g) for g in m.groups())
         for key, pat in (("fork_pages_sent", r"read (\d+) far pages through their parent"),
                          ("fork_pages_cleaned_after", r"\((\d+) of them after the fork\)"),
                          ("fork_kept_pages_peak", r"kept at most (\d+) old pages")):

@@ -214,11 +214,14 @@ fn print_forks(reports: &[Value]) {
         return;
     }
     eprintln!(
-        "memlend run: fork: {forks} forks ({} ms getting ready), {} children served; they read \
+        "memlend run: fork: {forks} forks ({} ms getting ready: {} evicting, {} on the dirty \
+         pages), {} children served; they read \
          {} far pages through their parent, which wrote {} dirty pages out for the forks ({} \
          of them after the fork), kept at most {} old pages for them and unshared {} pages to \
          evict them ({} a batch at a time, {} one by one)",
         sum(reports, "fork_pause_ms"),
+        sum(reports, "fork_pause_evict_ms"),
+        sum(reports, "fork_pause_dirty_ms"),
         sum(reports, "fork_children"),
         sum(reports, "fork_pages_sent"),
         sum(reports, "fork_pages_cleaned"),

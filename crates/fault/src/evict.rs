@@ -35,6 +35,8 @@ pub(crate) struct Eviction {
     pub headroom_stalled: bool,
     /// Write-back failures, logged at most once per interval.
     pub failures: crate::write_failures::FailureLog,
+    /// Take `Clean` victims only (a fork's pause, `fork_clean.rs`).
+    pub clean_only: bool,
 }
 
 /// A victim in staging: (slot, page).
@@ -91,7 +93,12 @@ impl Eviction {
         let half = self.free_half(core);
         let first_slot = half * self.batch.max();
         let mut victims = std::mem::take(&mut self.victims);
-        let unused = core.table.take_victims(batch_pages.min(self.batch.max()), &mut victims);
+        let count = batch_pages.min(self.batch.max());
+        let unused = if self.clean_only {
+            core.table.take_clean_victims(count, &mut victims)
+        } else {
+            core.table.take_victims(count, &mut victims)
+        };
         crate::fork_lazy::write_victims(core, &victims);
         crate::unshare::unshare_victims(core, &victims);
         Counters::add(&core.counters.prefetch_wasted, unused as u64);

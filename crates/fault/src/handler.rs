@@ -253,21 +253,11 @@ impl Handler {
         // The last fork's pending pages are its child's: written first.
         crate::fork_lazy::write_all(&mut self.core);
         let lazy = self.pause.is_lazy();
-        let mut pending = vec![0u64; (self.core.pages as usize).div_ceil(64)];
-        if self.core.table.held() > self.core.budget_pages {
-            debug_assert!(!self.eviction.writer.any_busy(), "write-backs settle before the clean");
-            if !lazy {
-                crate::fork_clean::clean_for_fork(&mut self.core);
-            }
-            // The owner may have lowered the budget to make room for the
-            // child (`--mem`): give the room now, before the child needs it.
-            self.pause.at(PauseStep::Evicting);
-            self.follow_budget();
-            self.eviction.evict_down_to_budget(&mut self.core);
-            if lazy {
-                pending = crate::fork_lazy::protect_dirty(&self.core);
-            }
-        }
+        let pending = if self.core.table.held() > self.core.budget_pages {
+            self.room_for_fork(lazy)
+        } else {
+            vec![0u64; (self.core.pages as usize).div_ceil(64)]
+        };
         self.pause.at(PauseStep::Listing);
         let pages = self.core.pages;
         let mut in_store = vec![0u64; (pages as usize).div_ceil(64)];
@@ -283,6 +273,40 @@ impl Handler {
         Counters::add(&self.core.counters.fork_pause_ns, took_ns);
         self.pause.park(crate::pause::Parked { in_store, pending: pending.clone() });
         self.core.lazy.start(pending, self.pause.take_sink());
+    }
+
+    /// The pause of a region whose pages do not all fit: write the dirty
+    /// pages (eager), evict down to the budget the owner lowered for the
+    /// child (`--mem`), and for a lazy pause protect the dirty pages and
+    /// return them as pending (else none). Each part is timed.
+    fn room_for_fork(&mut self, lazy: bool) -> Vec<u64> {
+        debug_assert!(!self.eviction.writer.any_busy(), "write-backs settle before the clean");
+        let c = std::sync::Arc::clone(&self.core.counters);
+        let since_ns = |t: Instant| t.elapsed().as_nanos() as u64;
+        let writing = Instant::now();
+        if !lazy {
+            crate::fork_clean::clean_for_fork(&mut self.core);
+            Counters::add(&c.fork_pause_dirty_ns, since_ns(writing));
+        }
+        self.pause.at(crate::pause::PauseStep::Evicting);
+        let evicting = Instant::now();
+        self.follow_budget();
+        if lazy {
+            // The room from `Clean` pages first: they go with no write, so
+            // the fork waits less. The dirty ones are written after it.
+            self.eviction.clean_only = true;
+            self.eviction.evict_down_to_budget(&mut self.core);
+            self.eviction.clean_only = false;
+        }
+        self.eviction.evict_down_to_budget(&mut self.core);
+        Counters::add(&c.fork_pause_evict_ns, since_ns(evicting));
+        if !lazy {
+            return vec![0u64; (self.core.pages as usize).div_ceil(64)];
+        }
+        let protecting = Instant::now();
+        let pending = crate::fork_lazy::protect_dirty(&self.core);
+        Counters::add(&c.fork_pause_dirty_ns, since_ns(protecting));
+        pending
     }
 
     /// Take a budget set by `Region::set_budget_pages`. Going down, the

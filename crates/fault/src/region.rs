@@ -271,6 +271,7 @@ impl Region {
                 .min(config.budget_pages / 2),
             headroom_stalled: false,
             failures: Default::default(),
+            clean_only: false,
         };
         let ahead = crate::prefetch::Ahead {
             fetcher,

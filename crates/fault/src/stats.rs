@@ -33,6 +33,8 @@ pub(crate) struct Counters {
     pub pages_cleaned_for_fork: AtomicU64,
     pub pages_cleaned_after_fork: AtomicU64,
     pub fork_pause_ns: AtomicU64,
+    pub fork_pause_evict_ns: AtomicU64,
+    pub fork_pause_dirty_ns: AtomicU64,
     pub pages_zeroed_ahead: AtomicU64,
     pub from_staging: AtomicU64,
     pub waited_on_fetch: AtomicU64,
@@ -181,6 +183,11 @@ pub struct HandlerStats {
     /// Time the handler spent getting ready for forks (settling, writing
     /// dirty pages out, making room), faults waiting meanwhile.
     pub fork_pause_ns: u64,
+    /// Of `fork_pause_ns`: evicting down to the budget lowered for the child.
+    pub fork_pause_evict_ns: u64,
+    /// Of `fork_pause_ns`: the dirty pages, written (eager) or
+    /// write-protected (lazy).
+    pub fork_pause_dirty_ns: u64,
     /// Untouched pages zero-filled along a trend, ahead of their fault.
     pub pages_zeroed_ahead: u64,
     /// Faults on pages whose write-back was still in flight, served from
@@ -330,6 +337,8 @@ impl Counters {
             pages_cleaned_for_fork: self.pages_cleaned_for_fork.load(Relaxed),
             pages_cleaned_after_fork: self.pages_cleaned_after_fork.load(Relaxed),
             fork_pause_ns: self.fork_pause_ns.load(Relaxed),
+            fork_pause_evict_ns: self.fork_pause_evict_ns.load(Relaxed),
+            fork_pause_dirty_ns: self.fork_pause_dirty_ns.load(Relaxed),
             pages_zeroed_ahead: self.pages_zeroed_ahead.load(Relaxed),
             faults_from_staging: self.from_staging.load(Relaxed),
             faults_waited_on_fetch: self.waited_on_fetch.load(Relaxed),

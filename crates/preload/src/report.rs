@@ -155,7 +155,7 @@ pub fn stats_json() -> Option<String> {
     let _ = write!(
         j,
         "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"pages_unshared\":{},\"pages_unshared_ahead\":{},\
-         \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_pages_cleaned_after\":{},\"fork_snapshots_given_up\":{},\"fork_pause_ms\":{},",
+         \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_pages_cleaned_after\":{},\"fork_snapshots_given_up\":{},\"fork_pause_ms\":{},\"fork_pause_evict_ms\":{},\"fork_pause_dirty_ms\":{},",
         h.forks,
         crate::fork::CHILDREN.load(std::sync::atomic::Ordering::Relaxed),
         crate::fork::PAGES_SENT.load(std::sync::atomic::Ordering::Relaxed),
@@ -166,6 +166,8 @@ pub fn stats_json() -> Option<String> {
         h.pages_cleaned_after_fork,
         snapshots.given_up,
         h.fork_pause_ns / 1_000_000,
+        h.fork_pause_evict_ns / 1_000_000,
+        h.fork_pause_dirty_ns / 1_000_000,
     );
     let m = heap.copies.stats();
     let _ = write!(
