@@ -26,9 +26,13 @@ impl Drop for Reaped {
     }
 }
 
+/// Until `child` itself listens at `addr`. Another process may hold a
+/// port `free_addr` gave out (it is free only when picked): a SIGTERM sent
+/// when that one answered reached a memlendd that had not yet set its
+/// handler, and it died of the signal (CI, 2026-11-28).
 fn wait_listening(addr: SocketAddr, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !answers(addr) {
+    while !(answers(addr) && listens_itself(child.id(), addr.port())) {
         assert!(child.try_wait().unwrap().is_none(), "memlendd exited early");
         assert!(Instant::now() < deadline, "memlendd did not listen on {addr}");
         std::thread::sleep(Duration::from_millis(20));
@@ -39,6 +43,29 @@ fn wait_listening(addr: SocketAddr, child: &mut Child) {
 /// `memlend_net::someone_listens`).
 fn answers(addr: SocketAddr) -> bool {
     memlend_net::someone_listens(addr)
+}
+
+/// Whether process `pid` holds a socket listening on TCP `port`: the
+/// inode of a LISTEN entry for the port in /proc/net/tcp{,6} is one of
+/// its descriptors.
+fn listens_itself(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f.get(1).and_then(|a| a.rsplit(':').next());
+            let listening = f.get(3) == Some(&"0A");
+            if listening && local_port == Some(format!("{port:04X}").as_str()) {
+                inodes.extend(f.get(9).map(|i| format!("socket:[{i}]")));
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    })
 }
 
 fn wait_api(path: &std::path::Path, child: &mut Child) {
