@@ -358,6 +358,7 @@ def memlend_summary(text):
         if m:
             out["fork_pause_evict_ms"], out["fork_pause_dirty_ms"] = (int(g) for g in m.groups())
         for key, pat in (("fork_pages_sent", r"read (\d+) far pages through their parent"),
+                         ("fork_pages_copied", r"\((\d+) of them copied from its memory\)"),
                          ("fork_pages_cleaned_after", r"\((\d+) of them after the fork\)"),
                          ("fork_kept_pages_peak", r"kept at most (\d+) old pages")):
             m = re.search(pat, ln) if "fork:" in ln else None

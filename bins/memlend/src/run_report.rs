@@ -216,7 +216,7 @@ fn print_forks(reports: &[Value]) {
     eprintln!(
         "memlend run: fork: {forks} forks ({} ms getting ready: {} evicting, {} on the dirty \
          pages), {} children served; they read \
-         {} far pages through their parent, which wrote {} dirty pages out for the forks ({} \
+         {} far pages through their parent ({} of them copied from its memory), which wrote {} dirty pages out for the forks ({} \
          of them after the fork), kept at most {} old pages for them and unshared {} pages to \
          evict them ({} a batch at a time, {} one by one)",
         sum(reports, "fork_pause_ms"),
@@ -224,6 +224,7 @@ fn print_forks(reports: &[Value]) {
         sum(reports, "fork_pause_dirty_ms"),
         sum(reports, "fork_children"),
         sum(reports, "fork_pages_sent"),
+        sum(reports, "fork_pages_copied"),
         sum(reports, "fork_pages_cleaned"),
         sum(reports, "fork_pages_cleaned_after"),
         sum(reports, "fork_kept_pages_peak"),

@@ -11,7 +11,7 @@
 //! store read.
 
 use crate::fork_lazy::ForkWritten;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,9 @@ pub(crate) struct Pause {
     lazy: AtomicBool,
     /// Told which pending pages are written, from the end of the pause.
     sink: Mutex<Option<Box<dyn ForkWritten>>>,
+    /// Pauses asked for so far, counted before the handler is told, so
+    /// before any page is protected for that pause (`fork_copy.rs`).
+    asked: AtomicU64,
 }
 
 impl Pause {
@@ -82,11 +85,18 @@ impl Pause {
     }
 
     /// The owner: ask the handler to park. The bell must be rung after.
-    pub(crate) fn ask(&self, lazy: bool) {
+    pub(crate) fn ask(&self, lazy: bool) -> u64 {
+        let number = self.asked.fetch_add(1, SeqCst) + 1;
         self.step.store(PauseStep::Asked as u8, Relaxed);
         self.lazy.store(lazy, Relaxed);
         *self.sink.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self.lock() = Phase::Asked;
+        number
+    }
+
+    /// Pauses asked for so far.
+    pub(crate) fn asked_count(&self) -> u64 {
+        self.asked.load(SeqCst)
     }
 
     /// The handler: whether the pause asked for is lazy.

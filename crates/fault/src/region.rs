@@ -347,6 +347,13 @@ impl Region {
         self.map.len_bytes()
     }
 
+    /// Copies of this process's own pages for the child of the fork whose
+    /// pause was number `number` (`Paused::number`): `fork_copy.rs`.
+    pub fn parent_copy(&self, number: u64) -> std::io::Result<crate::ParentCopy> {
+        let pages = (self.len() / PAGE_SIZE) as u32;
+        crate::ParentCopy::new(self.map.addr(), pages, Arc::clone(&self.pause), number)
+    }
+
     /// Never true: a region has at least one page.
     pub fn is_empty(&self) -> bool {
         false
@@ -423,13 +430,16 @@ impl Region {
     }
 
     fn pause_as(&self, lazy: bool) -> Result<Paused<'_>> {
-        self.pause.ask(lazy);
+        let number = self.pause.ask(lazy);
         self.bell.ring();
         let alive = || self.thread.as_ref().is_some_and(|t| !t.is_finished());
         match self.pause.wait_parked(alive) {
-            Some(lists) => {
-                Ok(Paused { region: self, in_store: lists.in_store, pending: lists.pending })
-            }
+            Some(lists) => Ok(Paused {
+                region: self,
+                in_store: lists.in_store,
+                pending: lists.pending,
+                number,
+            }),
             None => Err(FaultError::Config("the fault handler is not running".into())),
         }
     }
@@ -519,9 +529,17 @@ pub struct Paused<'a> {
     in_store: Vec<u64>,
     /// One bit a page: dirty pages a lazy clean writes after the pause.
     pending: Vec<u64>,
+    /// Which pause of this region this is (the first is 1).
+    number: u64,
 }
 
 impl Paused<'_> {
+    /// Which pause of this region this is (the first is 1): what a
+    /// `ParentCopy` for this fork's child is made with.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
     /// Whether the store held page `page`'s bytes when the handler parked
     /// (the page may be mapped as well, unchanged since).
     pub fn in_store(&self, page: u64) -> bool {

@@ -25,7 +25,7 @@
 
 use crate::heap::Heap;
 use memlend_fault::{
-    serve_child, serve_link, ChildRegion, ChildSource, Discarded, ForkWritten, LinkSource, Paused,
+    serve_child, ChildRegion, ChildSource, Discarded, ForkWritten, LinkSource, Paused,
 };
 use memlend_store::file::{FileOptions, FileStore};
 use memlend_store::layer::snapshot::{LateOwed, Owed};
@@ -121,8 +121,7 @@ impl ForkWritten for NoticeSink {
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 /// One fork at a time goes through `before`..`in_parent`.
 static FORKING: AtomicBool = AtomicBool::new(false);
-/// Pages sent to children, and children served, for the report.
-pub static PAGES_SENT: AtomicU64 = AtomicU64::new(0);
+/// Children served, for the report.
 pub static CHILDREN: AtomicU64 = AtomicU64::new(0);
 /// In a forked child: the pages it threw away, which read zero.
 static DISCARDED: OnceLock<Arc<Discarded>> = OnceLock::new();
@@ -304,6 +303,7 @@ fn after_fork_in_parent() {
     let Some(p) = pending().take() else { return };
     let Pending { paused, snapshot, parent_end, child_end, notices, .. } = p;
     drop(child_end);
+    let number = paused.number();
     drop(paused);
     crate::fork_watch::fork_done();
     FORKING.store(false, SeqCst);
@@ -322,24 +322,7 @@ fn after_fork_in_parent() {
     });
     let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else { return };
     CHILDREN.fetch_add(1, Relaxed);
-    let serve = move || {
-        let read = |page: u32, buf: &mut [u8]| {
-            let read = heap.snapshots.read_snapshot(id, u64::from(page), buf);
-            read.map_err(std::io::Error::other)
-        };
-        if let Err(e) = serve_link(parent_end, read, &PAGES_SENT) {
-            tracing::error!("fork: serving a child's far pages: {e}");
-        }
-        if let Some(gone) = child_gone {
-            gone.store(true, Relaxed);
-        }
-        heap.snapshots.release(id);
-    };
-    let spawned = std::thread::Builder::new().name("memlend-fork".into()).spawn(serve);
-    if let Err(e) = spawned {
-        tracing::error!("fork: no thread to serve the child's far pages: {e}");
-        heap.snapshots.release(id);
-    }
+    crate::fork_serve::spawn(heap, id, number, parent_end, child_gone);
 }
 
 fn after_fork_in_child() {

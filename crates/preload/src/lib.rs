@@ -29,6 +29,7 @@ mod arena;
 mod config;
 mod far;
 mod fork;
+mod fork_serve;
 mod fork_watch;
 mod heap;
 mod libc_alloc;

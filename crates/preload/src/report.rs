@@ -154,11 +154,12 @@ pub fn stats_json() -> Option<String> {
     let snapshots = heap.snapshots.stats();
     let _ = write!(
         j,
-        "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"pages_unshared\":{},\"pages_unshared_ahead\":{},\
+        "\"forks\":{},\"fork_children\":{},\"fork_pages_sent\":{},\"fork_pages_copied\":{},\"pages_unshared\":{},\"pages_unshared_ahead\":{},\
          \"fork_kept_pages_peak\":{},\"fork_pages_cleaned\":{},\"fork_pages_cleaned_after\":{},\"fork_snapshots_given_up\":{},\"fork_pause_ms\":{},\"fork_pause_evict_ms\":{},\"fork_pause_dirty_ms\":{},",
         h.forks,
         crate::fork::CHILDREN.load(std::sync::atomic::Ordering::Relaxed),
-        crate::fork::PAGES_SENT.load(std::sync::atomic::Ordering::Relaxed),
+        crate::fork_serve::PAGES_SENT.load(std::sync::atomic::Ordering::Relaxed),
+        crate::fork_serve::PAGES_COPIED.load(std::sync::atomic::Ordering::Relaxed),
         h.pages_unshared,
         h.pages_unshared_ahead,
         snapshots.kept_pages_peak,

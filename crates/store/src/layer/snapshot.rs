@@ -259,22 +259,21 @@ impl<S: PageStore> Snapshots<S> {
         Ok(())
     }
 
+    /// Whether snapshot `id` owes `page` and nothing has changed the
+    /// store's copy since it was taken (no old bytes kept): then the store,
+    /// and any copy of the page made from it since, holds the snapshot's
+    /// bytes. Errors as `read_snapshot` does for a page it cannot read.
+    pub fn unchanged(&self, id: u64, page: u64) -> StoreResult<bool> {
+        let state = self.lock();
+        Ok(!owing_snap(&state, id, page)?.kept.contains_key(&page))
+    }
+
     /// Copy kept bytes of `page` into `buf`: whether there were any. A
     /// spilled page is read with the lock held, so its slot cannot be given
     /// back and reused meanwhile.
     fn kept_into(&self, id: u64, page: u64, buf: &mut [u8]) -> StoreResult<bool> {
         let state = self.lock();
-        let snap = state
-            .live
-            .iter()
-            .find(|s| s.id == id)
-            .ok_or_else(|| StoreError::Unavailable(format!("snapshot {id} was released")))?;
-        if let Some(why) = &snap.broken {
-            return Err(StoreError::Unavailable(why.clone()));
-        }
-        if !snap.owes(page) {
-            return Err(StoreError::OutOfRange { page, count: 1, pages: 0 });
-        }
+        let snap = owing_snap(&state, id, page)?;
         match snap.kept.get(&page) {
             Some(Kept::Ram(bytes)) => buf.copy_from_slice(bytes),
             Some(&Kept::Spilled(slot)) => {
@@ -361,6 +360,22 @@ impl<S: PageStore> Snapshots<S> {
         let now = self.kept_pages.fetch_add(wanted.len() as u64, Ordering::Relaxed);
         self.kept_pages_peak.fetch_max(now + wanted.len() as u64, Ordering::Relaxed);
     }
+}
+
+/// Snapshot `id`, if it is live, whole and owes `page`.
+fn owing_snap(state: &State, id: u64, page: u64) -> StoreResult<&Snap> {
+    let snap = state
+        .live
+        .iter()
+        .find(|s| s.id == id)
+        .ok_or_else(|| StoreError::Unavailable(format!("snapshot {id} was released")))?;
+    if let Some(why) = &snap.broken {
+        return Err(StoreError::Unavailable(why.clone()));
+    }
+    if !snap.owes(page) {
+        return Err(StoreError::OutOfRange { page, count: 1, pages: 0 });
+    }
+    Ok(snap)
 }
 
 /// Write `pages` into fresh slots of `spill`: their slots, in order.

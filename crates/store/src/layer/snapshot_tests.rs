@@ -169,3 +169,20 @@ fn a_page_owed_after_its_fork_write_keeps_only_later_writes() {
     s.owe(id, &[1]); // released: nothing to owe
     assert_eq!(s.stats().owed_pages, 0);
 }
+
+#[test]
+fn unchanged_is_true_until_a_write_or_discard_keeps_old_bytes() {
+    let s = store(8);
+    (0..8).for_each(|p| write(&s, p, p as u8 + 1));
+    let id = s.take(owing(8, &[1, 2, 3])).unwrap();
+    assert!(s.unchanged(id, 1).unwrap() && s.unchanged(id, 2).unwrap());
+    write(&s, 1, 0x51);
+    write(&s, 3, 4); // the same bytes again: nothing kept, still the snapshot's
+    s.discard(2, 1).unwrap();
+    assert!(!s.unchanged(id, 1).unwrap(), "written since");
+    assert!(!s.unchanged(id, 2).unwrap(), "discarded since");
+    assert!(s.unchanged(id, 3).unwrap());
+    assert!(s.unchanged(id, 0).is_err(), "page 0 is not owed");
+    s.release(id);
+    assert!(s.unchanged(id, 3).is_err(), "released");
+}
