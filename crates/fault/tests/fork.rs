@@ -7,7 +7,7 @@
 //! it is told of each write.
 
 use memlend_fault::{serve_child, serve_link, ChildRegion, Discarded, LinkSource};
-use memlend_fault::{ForkWritten, Region, RegionConfig};
+use memlend_fault::{ForkWritten, ParentCopy, Region, RegionConfig};
 use memlend_store::layer::snapshot::{LateOwed, Owed, Snapshots};
 use memlend_store::ram::{RamOptions, RamStore};
 use memlend_store::{PageStore, ReadOp, StoreInfo, StoreResult, WriteOp, PAGE_SIZE};
@@ -119,13 +119,14 @@ fn region_filled() -> Option<(Arc<Snapshots<RamStore>>, Region)> {
 
 /// Pause, fork a child that runs `child` and exits with its code, serve it
 /// from the snapshot, run `meanwhile` in the parent; returns the child's
-/// exit code, the pages sent to it and the old pages kept for it.
+/// exit code, the pages sent to it (and how many of them were copied from
+/// the parent's memory) and the old pages kept for it.
 fn fork_and_serve(
     store: &Arc<Snapshots<RamStore>>,
     region: &Region,
     child: fn(usize, Vec<u64>, UnixStream) -> i32,
     meanwhile: impl FnOnce(),
-) -> (i32, u64, u64) {
+) -> (i32, (u64, u64), u64) {
     let base = region.as_ptr() as usize;
     let paused = region.pause().unwrap();
     let in_store = paused.in_store_bits().to_vec();
@@ -145,8 +146,9 @@ fn fork_and_serve(
         unsafe { libc::_exit(code) };
     }
     drop(child_end);
+    let copy = region.parent_copy(paused.number()).unwrap();
     drop(paused);
-    let server = serve_from(store, snapshot, parent_end);
+    let server = serve_from(store, snapshot, copy, parent_end);
     meanwhile();
     let mut status = 0;
     // SAFETY: waits for our own child.
@@ -178,18 +180,28 @@ fn rewriting(
     (stop, writer)
 }
 
-/// A thread answering the child's link from `snapshot`.
+/// A thread answering the child's link as the preload shim does: from the
+/// parent's memory where `copy` finds the fork's bytes there, else from
+/// `snapshot`. Returns the pages sent and how many of them were copied.
 fn serve_from<S: PageStore + Send + Sync + 'static>(
     store: &Arc<Snapshots<S>>,
     snapshot: u64,
+    copy: ParentCopy,
     parent_end: UnixStream,
-) -> std::thread::JoinHandle<std::io::Result<u64>> {
+) -> std::thread::JoinHandle<std::io::Result<(u64, u64)>> {
     let store = store.clone();
     std::thread::spawn(move || {
+        let mut copied = 0u64;
         let read = |page: u32, buf: &mut [u8]| {
+            let unchanged = || store.unchanged(snapshot, u64::from(page)).unwrap_or(false);
+            if copy.copy(page, buf, unchanged)? {
+                copied += 1;
+                return Ok(());
+            }
             store.read_snapshot(snapshot, u64::from(page), buf).map_err(std::io::Error::other)
         };
-        serve_link(parent_end, read, &std::sync::atomic::AtomicU64::new(0))
+        let sent = serve_link(parent_end, read, &std::sync::atomic::AtomicU64::new(0))?;
+        Ok((sent, copied))
     })
 }
 
@@ -208,7 +220,8 @@ fn a_forked_child_reads_the_region_as_it_was_while_the_parent_rewrites_it() {
     let Some((store, region)) = region_filled() else { return };
     let base = region.as_ptr() as usize;
     // Every page rewritten, shared ones and far ones, twice over the budget.
-    let (code, sent, kept) = fork_and_serve(&store, &region, child, || fill(base, 0..PAGES, 2));
+    let (code, (sent, _), kept) =
+        fork_and_serve(&store, &region, child, || fill(base, 0..PAGES, 2));
     assert_eq!(code, 0, "the child found a wrong page");
     assert!(sent >= PAGES as u64, "{sent} pages sent for {PAGES} owed");
     assert!(kept > 0, "the parent's writes kept old bytes");
@@ -299,6 +312,108 @@ fn child_compares_shared(base: usize, in_store: Vec<u64>, link: UnixStream) -> i
         }
     }
     0
+}
+
+/// In the child: every page read three times over (its budget drops them
+/// between passes), each as at the fork.
+fn child_reads_thrice(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
+    let region = ChildRegion {
+        base,
+        pages: PAGES as u32,
+        in_store,
+        budget_pages: CHILD_BUDGET_PAGES,
+        discarded: Arc::new(Discarded::new(PAGES as u32)),
+        pending: Vec::new(),
+        notices: None,
+    };
+    if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
+        return 2;
+    }
+    for _ in 0..3 {
+        if first_wrong(base, 0..PAGES, 1).is_some() {
+            return 3;
+        }
+    }
+    0
+}
+
+/// Fork a child that reads every page three times while the parent
+/// rewrites `write` for 30 ms and (if given) reads `read` for 100 ms, each
+/// round and round;
+/// returns the child's exit code, the pages sent, copied and kept.
+fn thrice_while(
+    store: &Arc<Snapshots<RamStore>>,
+    region: &Region,
+    write: std::ops::Range<usize>,
+    read: Option<std::ops::Range<usize>>,
+) -> (i32, u64, u64, u64) {
+    let base = region.as_ptr() as usize;
+    let (code, (sent, copied), kept) = fork_and_serve(store, region, child_reads_thrice, || {
+        let (stop_writing, writer) = rewriting(base, write);
+        let stop_reading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = read.map(|pages| reading(base, pages, Arc::clone(&stop_reading)));
+        // The reads go on after the writes: a page written, evicted and
+        // read again then stays mapped with bytes other than the fork's.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        stop_writing.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(writer.join().unwrap() > 10, "the writer finished no pass");
+        std::thread::sleep(std::time::Duration::from_millis(70));
+        stop_reading.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(reader) = reader {
+            reader.join().unwrap();
+        }
+    });
+    (code, sent, copied, kept)
+}
+
+/// A thread reading a word of each of `pages` round and round until told.
+fn reading(
+    base: usize,
+    pages: std::ops::Range<usize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        // Bounded: ends when told, a pass at a time.
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            for page in pages.clone() {
+                // SAFETY: as in `fill`.
+                std::hint::black_box(unsafe { word(base, page, 0).read_volatile() });
+            }
+        }
+    })
+}
+
+/// The parent reads half its pages back (each mapped write-protected, so
+/// the child's reads of them are copied from the parent's memory) and
+/// rewrites a sixteenth, reading those too (one written back, evicted and
+/// read again is mapped protected with new bytes), all under eviction,
+/// while the child reads every page three times: each copy races reads,
+/// writes, write-backs and evictions of the page, and every page must
+/// still reach the child as at the fork.
+#[test]
+fn copies_from_the_parents_memory_racing_its_writes_and_evictions_are_the_fork_moment() {
+    let _turn = fork_turn();
+    let Some((store, region)) = region_filled() else { return };
+    let (write, read) = (PAGES / 2..PAGES / 2 + PAGES / 16, 0..PAGES / 2 + PAGES / 16);
+    let (code, sent, copied, kept) = thrice_while(&store, &region, write, Some(read));
+    assert_eq!(code, 0, "the child read a page that was not the fork's");
+    assert!(sent >= 3 * PAGES as u64 / 2, "{sent} pages sent");
+    assert!(copied > 0, "no page was copied from the parent's memory ({sent} sent)");
+    assert!(kept > 0, "the parent's writes kept no old bytes");
+}
+
+/// The parent rewrites pages it keeps mapped (the last filled: the clean at
+/// the pause protects them; never written back while the child reads, so
+/// the store's copy stays the fork's) while the child reads every page
+/// three times: its other mapped pages are copied, the rewritten ones not,
+/// being no longer write-protected.
+#[test]
+fn a_page_rewritten_since_the_fork_is_not_copied_though_the_store_still_has_the_fork_bytes() {
+    let _turn = fork_turn();
+    let Some((store, region)) = region_filled() else { return };
+    let (code, _, copied, _) = thrice_while(&store, &region, PAGES - HOT_PAGES..PAGES, None);
+    assert_eq!(code, 0, "the child read a page that was not the fork's");
+    assert!(copied > 0, "no page was copied from the parent's memory");
 }
 
 #[test]
@@ -509,8 +624,9 @@ fn a_lazy_fork_writes_dirty_pages_after_it_and_the_child_still_reads_the_fork_mo
         unsafe { libc::_exit(code) };
     }
     drop((child_end, notices, done_rx));
+    let copy = region.parent_copy(paused.number()).unwrap();
     drop(paused);
-    let server = serve_from(&store, snapshot, parent_end);
+    let server = serve_from(&store, snapshot, copy, parent_end);
     // Some pending pages go in the idle writes, some as the writer
     // rewrites them (a WP fault), the rest as eviction takes them.
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -524,7 +640,8 @@ fn a_lazy_fork_writes_dirty_pages_after_it_and_the_child_still_reads_the_fork_mo
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(libc::WIFEXITED(status), "child status {status:#x}");
     assert_eq!(libc::WEXITSTATUS(status), 0, "the child found a wrong page or kept its shares");
-    server.join().unwrap().unwrap();
+    let (_, copied) = server.join().unwrap().unwrap();
+    eprintln!("{copied} pages copied from the parent's memory");
     let h = region.handler_stats();
     assert_eq!(h.pages_cleaned_after_fork, pending_count, "every pending page written once");
     assert!(store.stats().kept_pages > 0, "the parent's writes kept old bytes");
