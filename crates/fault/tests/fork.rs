@@ -51,19 +51,25 @@ fn first_wrong(base: usize, pages: std::ops::Range<usize>, seed: u64) -> Option<
     None
 }
 
-/// In the child: its own handler, then every page checked. The exit code
-/// says what was wrong (0: nothing).
-fn child(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
-    let discarded = Arc::new(Discarded::new(PAGES as u32));
-    let region = ChildRegion {
+/// The child's region: pages `in_store` read through the link, the
+/// child's budget, none pending.
+fn child_region(base: usize, in_store: Vec<u64>, discarded: Arc<Discarded>) -> ChildRegion {
+    ChildRegion {
         base,
         pages: PAGES as u32,
         in_store,
         budget_pages: CHILD_BUDGET_PAGES,
-        discarded: Arc::clone(&discarded),
+        discarded,
         pending: Vec::new(),
         notices: None,
-    };
+    }
+}
+
+/// In the child: its own handler, then every page checked. The exit code
+/// says what was wrong (0: nothing).
+fn child(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
+    let discarded = Arc::new(Discarded::new(PAGES as u32));
+    let region = child_region(base, in_store, Arc::clone(&discarded));
     if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
         return 2;
     }
@@ -291,15 +297,7 @@ fn child_compares_shared(base: usize, in_store: Vec<u64>, link: UnixStream) -> i
         return 8;
     }
     let discarded = Arc::new(Discarded::new(PAGES as u32));
-    let region = ChildRegion {
-        base,
-        pages: PAGES as u32,
-        in_store,
-        budget_pages: CHILD_BUDGET_PAGES,
-        discarded,
-        pending: Vec::new(),
-        notices: None,
-    };
+    let region = child_region(base, in_store, discarded);
     if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
         return 2;
     }
@@ -317,15 +315,7 @@ fn child_compares_shared(base: usize, in_store: Vec<u64>, link: UnixStream) -> i
 /// In the child: every page read three times over (its budget drops them
 /// between passes), each as at the fork.
 fn child_reads_thrice(base: usize, in_store: Vec<u64>, link: UnixStream) -> i32 {
-    let region = ChildRegion {
-        base,
-        pages: PAGES as u32,
-        in_store,
-        budget_pages: CHILD_BUDGET_PAGES,
-        discarded: Arc::new(Discarded::new(PAGES as u32)),
-        pending: Vec::new(),
-        notices: None,
-    };
+    let region = child_region(base, in_store, Arc::new(Discarded::new(PAGES as u32)));
     if serve_child(region, Box::new(LinkSource::new(link))).is_err() {
         return 2;
     }
