@@ -87,6 +87,14 @@ whole server process tree:
                  (after --memlend-args, which every memlend peer gets), e.g.
                  --memlend-variant memlend-lz4="--compress lz4".
 
+--split-cpus: the borrower as one machine and the donor as another. Every peer's server and
+client (and memlend's own threads) run on CPU 0 only; memlend's donor runs on CPU 1 only, as it
+would on another machine. Without it the donor shares both cores with the server, the client
+and memlend's handler, and its CPU (its spin most of all) is the borrower's; with it, each
+peer's row is what the borrower's one core gives. The kernel's own threads (kswapd, the disk's
+interrupts) stay free to use CPU 1, which favours the kernel peers if anything. All-local runs
+on CPU 0 too, so "x local" compares like with like.
+
 Peers run in a rotating order from cell to cell (a cell: app x mix x fraction), after the
 all-local run of each app x mix, so that drift on this shared 2-core machine favours none;
 before each run the CPUs get up to --wait-quiet s to become 80% idle. A peer that the memcg
@@ -510,6 +518,10 @@ class Bench:
                                                          self.bin["libmemlend_preload.so"]]
                 + store + extra + ["--"] + server_argv)
 
+    def donor_prefix(self):
+        """Under --split-cpus the donor runs on CPU 1 alone, as on another machine."""
+        return ["taskset", "-c", "1"] if self.a.split_cpus else []
+
     def donor_args(self, peer):
         """Extra memlendd arguments for this peer (--donor-variant PEER=ARGS)."""
         for v in getattr(self.a, "donor_variant", None) or []:
@@ -587,8 +599,9 @@ class Bench:
                 row["zram_algorithm"] = read(f"{ZRAM}/comp_algorithm")
             elif peer != "local":
                 dport = common.free_port()
-                donor = Proc([self.bin["memlendd"], "--lend", human(self.far() + 256 * MIB), "--listen",
-                              f"127.0.0.1:{dport}", "--insecure"] + self.donor_args(peer),
+                donor = Proc(self.donor_prefix() + [self.bin["memlendd"], "--lend", human(self.far() + 256 * MIB),
+                                                     "--listen", f"127.0.0.1:{dport}", "--insecure"]
+                             + self.donor_args(peer),
                              os.path.join(self.workdir, f"memlendd_{tag}.log"))
                 common.wait_port(dport)
                 self.donor_pid = donor.proc.pid
@@ -1180,8 +1193,14 @@ def main():
                     "thread every 10 ms in the timed phase; the row keeps the samples around its slowest "
                     "operation (trace_around_max; bench/stall_trace.py)")
     ap.add_argument("--force", action="store_true", help="run even if another benchmark is running")
+    ap.add_argument("--split-cpus", action="store_true",
+                    help="the borrower (server, client, memlend's threads, every peer's) on CPU 0 only and "
+                    "memlend's donor on CPU 1 only: the donor as another machine would be")
     ap.add_argument("--name", default="apps")
     a = ap.parse_args()
+    if a.split_cpus:
+        # Every child inherits CPU 0; the donor alone is moved to CPU 1 (Runner.donor_prefix).
+        os.sched_setaffinity(0, {0})
     q = a.quick
     a.size = parse_size(a.size or ("512M" if q else "768M"))
     fracs = [int(f) for f in (a.fractions or ("25" if q else "25,50,75")).split(",")]
@@ -1338,7 +1357,7 @@ def main():
         "apps": apps, "size_mib": a.size // MIB, "fractions_pct": fracs, "mixes": dict(mixes), "peers": peers,
         "memlend_variants": variants, "donor_variants": a.donor_variant, "memlend_args": a.memlend_args, "memlend_has_mem_option": has_mem,
         "seconds": a.seconds, "warm_seconds": a.warm_seconds, "warm_ops": "2x records", "threads": a.threads,
-        "bgsave": a.bgsave,
+        "bgsave": a.bgsave, "split_cpus": a.split_cpus,
         "pipeline": a.pipeline, "value_size": a.value_size, "values": a.values, "zipf": a.zipf,
         "key_chooser": "YCSB ScrambledZipfianGenerator (10^10 ranks, fnvhash64 mod records)" if a.zipf else
         "uniform", "seed": a.seed, "zram_share": a.zram_share, "zram_ratio": a.zram_ratio, "memcached_threads": a.memcached_threads,
@@ -1358,7 +1377,8 @@ def main():
     }
     title = (f"apps: {', '.join(apps)}, {human(a.size)} loaded, {a.value_size} B {a.values} values, zipf "
              f"{a.zipf} (YCSB scrambled), {a.threads} connections x {a.pipeline} in flight, {a.seconds:g} s timed; "
-             f"every limited peer: total memory = mem% of all-local usage, in one memcg")
+             f"every limited peer: total memory = mem% of all-local usage, in one memcg"
+             + ("; every peer on CPU 0, memlend's donor on CPU 1" if a.split_cpus else ""))
     print()
     report(a.name, rows, COLUMNS, meta=meta, title=title)
     print(common.fmt_floors(floors) + " (x floor: memlend's store-fault p50, message read to wake, over the same-core floor)")

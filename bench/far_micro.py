@@ -15,6 +15,10 @@ minutes). Every cell is bounded: at most --ops touches and --seconds seconds
 in the timed phase (and a bounded untimed warm-up), then a read-back of every
 page (--verify in touch.c); a run that reads a wrong byte fails its row.
 
+--split-cpus: touch.c, memlend's threads and the kernel peers' program on CPU 0 only, the
+donors on CPU 1 only, as other machines would be (without it the donors share both cores with
+the program and its handler).
+
 The peers (same program, same arguments, same run; their order rotates from
 cell to cell so drift in machine load favours none):
 
@@ -359,14 +363,19 @@ def snapshot_memlend(workdir):
     return None, stamps
 
 
+# ["taskset", "-c", "1"] under --split-cpus: each donor on a core of its own, as another machine.
+DONOR_PREFIX = []
+
+
 class Donor:
     """memlendd (this run's snapshot) on 127.0.0.1:port, in its own session;
     stop() ends it (also from the undo stack)."""
 
     def __init__(self, lend, port):
         logf = open(os.path.join(os.path.dirname(BIN["memlendd"]), "memlendd.log"), "a")
-        self.proc = subprocess.Popen([BIN["memlendd"], "--lend", lend, "--listen", f"127.0.0.1:{port}",
-                                      "--insecure"], stdout=logf, stderr=logf, start_new_session=True)
+        self.proc = subprocess.Popen(DONOR_PREFIX + [BIN["memlendd"], "--lend", lend, "--listen",
+                                                     f"127.0.0.1:{port}", "--insecure"],
+                                     stdout=logf, stderr=logf, start_new_session=True)
         self.tok = UNDO.push(f"stop memlendd {self.proc.pid}", self.stop)
         common.wait_port(port)
 
@@ -769,8 +778,15 @@ def main():
     ap.add_argument("--no-verify", dest="verify", action="store_false", help="skip the read-back of every page")
     ap.add_argument("--wait-quiet", type=float, default=10, metavar="S",
                     help="before each run wait up to S s for the CPUs to be >= 80%% idle (0: don't)")
+    ap.add_argument("--split-cpus", action="store_true",
+                    help="every peer's program (and memlend's threads) on CPU 0 only, memlend's donors on "
+                    "CPU 1 only: the donors as other machines would be (bench/apps.py has the same)")
     ap.add_argument("--name", default="far_micro")
     a = ap.parse_args()
+    if a.split_cpus:
+        # Every child inherits CPU 0; donors alone are moved to CPU 1 (Donor).
+        os.sched_setaffinity(0, {0})
+        DONOR_PREFIX[:] = ["taskset", "-c", "1"]
     if a.full:
         sizes, budgets = ["1G", "4G", "16G"], [100, 50, 25, 10]
     else:
@@ -853,7 +869,7 @@ def main():
     tg = targets(rows, fl)
     meta = {
         "sizes": sizes, "patterns": patterns, "budgets_pct": budgets, "peers": peers, "ops": a.ops,
-        "seconds": a.seconds, "write_pct": a.write_pct, "seed": a.seed, "verify": a.verify,
+        "seconds": a.seconds, "write_pct": a.write_pct, "seed": a.seed, "verify": a.verify, "split_cpus": a.split_cpus,
         "slack_mib": a.slack_mib, "wait_quiet_s": a.wait_quiet, "floors": fl, "skips": {k: v for k, v in skips.items() if v},
         "targets": [{"target": t, "measured": m, "met": ok} for t, m, ok in tg],
         "page_cluster": machine.page_cluster, "zswap_was": machine.zswap0,
