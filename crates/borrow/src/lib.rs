@@ -18,8 +18,8 @@
 pub mod env;
 pub mod lease;
 pub mod open;
-
-pub use open::redundant::Redundancy;
+mod seal;
+mod ssd;
 
 use memlend_store::layer::registry::Report;
 use memlend_store::layer::Stack;
@@ -127,4 +127,43 @@ pub(crate) fn human_pages(pages: u64) -> String {
 /// `$MEMLEND_SSD_DIR`, else `/var/tmp` (on disk, unlike a tmpfs `/tmp`).
 pub fn default_ssd_dir() -> PathBuf {
     std::env::var_os("MEMLEND_SSD_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp".into())
+}
+
+/// A page's second home.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Redundancy {
+    /// One copy: a donor that dies takes its pages with it.
+    #[default]
+    None,
+    /// Two donors hold every page.
+    Mirror,
+    /// A donor and a local SSD file hold every page.
+    Ssd,
+    /// Pages spread over n-m donors with m parity donors (m = 2 from five
+    /// donors, else 1): any m may fail, for n/(n-m) of the memory.
+    Erasure,
+}
+
+impl std::str::FromStr for Redundancy {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Redundancy> {
+        match s {
+            "none" => Ok(Redundancy::None),
+            "mirror" => Ok(Redundancy::Mirror),
+            "ssd" => Ok(Redundancy::Ssd),
+            "erasure" => Ok(Redundancy::Erasure),
+            _ => anyhow::bail!("redundancy {s:?}: expected none, mirror, ssd or erasure"),
+        }
+    }
+}
+
+impl std::fmt::Display for Redundancy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Redundancy::None => "none",
+            Redundancy::Mirror => "mirror",
+            Redundancy::Ssd => "ssd",
+            Redundancy::Erasure => "erasure",
+        })
+    }
 }

@@ -204,7 +204,7 @@ fn collapse_each(rx: std::sync::mpsc::Receiver<Chunk>, counters: &Counters) {
         if unmaps(counters) != unmaps_seen {
             continue;
         }
-        match crate::mem::collapse_huge(addr, CHUNK_BYTES) {
+        match crate::kernel::mem::collapse_huge(addr, CHUNK_BYTES) {
             Ok(()) => {
                 counters.huge_collapsed.fetch_add(1, Relaxed);
                 counters.huge_failures_in_a_row.store(0, Relaxed);
@@ -225,7 +225,7 @@ fn collapse_each(rx: std::sync::mpsc::Receiver<Chunk>, counters: &Counters) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mem::Mapping;
+    use crate::kernel::mem::Mapping;
 
     /// One aligned chunk of `map`, its pages written.
     fn written_chunk(map: &Mapping) -> usize {

@@ -11,58 +11,40 @@
 //! a write faults on one (userfaultfd WP), the store's copy is current and
 //! eviction drops the page with no write.
 //!
-//! The `unsafe` code is at two edges: `uffd` (the userfaultfd ioctls) and
-//! `mem` (mmap, madvise, munmap). See DESIGN.md beside this crate.
+//! Each part is a room of its own (a folder): `kernel/` (the system calls),
+//! `handler/` (the loop and one fault), `evict/`, `prefetch/`, `zpool/`
+//! (the compressed tier) and `fork/`. See DESIGN.md beside this crate and
+//! docs/architecture.md.
 
-mod batch;
-mod child;
-mod child_cache;
-mod child_link;
-mod cpu;
 mod discards;
-mod doorbell;
 mod error;
-mod events;
 mod evict;
-mod failsafe;
-mod fetch;
-mod fork_clean;
-mod fork_copy;
-mod fork_lazy;
+mod fork;
 mod handler;
 mod huge;
 mod intent;
+mod kernel;
 mod latency;
-mod mem;
-mod moveout;
-mod page_bits;
-mod pause;
 #[cfg(test)]
 mod policy_tests;
 mod prefetch;
-mod read_block;
 mod region;
 mod reserve;
-mod resolve;
 mod shared;
 mod state;
 mod stats;
 pub mod trace;
-mod trend;
-mod uffd;
-mod unshare;
-mod write_failures;
-mod writeback;
 mod zpool;
 
-pub use child::{serve_child, ChildRegion, ChildSource, Discarded};
-pub use child_link::{serve_link, LinkSource, LINK_PAGES_MAX};
 pub use error::{FaultError, Result};
-pub use fork_copy::ParentCopy;
-pub use fork_lazy::ForkWritten;
+pub use fork::child::link::{serve_link, LinkSource};
+pub use fork::child::serve::{serve_child, ChildRegion, Discarded};
+pub use fork::child::source::{ChildSource, LINK_PAGES_MAX};
+pub use fork::copy::ParentCopy;
+pub use fork::lazy::ForkWritten;
+pub use kernel::uffd::check_access;
 pub use memlend_store::codec::{Codec, ZSTD_LEVEL};
 pub use region::{Paused, Region, RegionConfig, Tuning, BUDGET_FLOOR_PAGES};
 pub use state::{PageState, PageTable, Policy, METADATA_BYTES_PER_PAGE};
 pub use stats::{DetailedStats, HandlerStats, RegionStats};
-pub use uffd::check_access;
 pub use zpool::PoolStats;

@@ -1,19 +1,20 @@
 //! `Region`: the mapping, its userfaultfd registration and its handler thread.
 
-use crate::batch::BatchSize;
 use crate::discards::Discards;
-use crate::doorbell::Doorbell;
 use crate::error::{FaultError, Result};
-use crate::fetch::{Fetcher, IN_FLIGHT_MAX};
-use crate::fork_lazy::ForkWritten;
+use crate::evict::batch::BatchSize;
+use crate::evict::writeback::Writer;
+use crate::fork::lazy::ForkWritten;
 use crate::handler::Handler;
-use crate::mem::{Mapping, PageBuf};
+use crate::kernel::doorbell::Doorbell;
+use crate::kernel::mem::{Mapping, PageBuf};
+use crate::kernel::uffd::Uffd;
+use crate::prefetch::fetch::{Fetcher, IN_FLIGHT_MAX};
+use crate::prefetch::trend::Trend;
+use crate::reserve::HALVES;
 use crate::shared::Core;
 use crate::state::{PageTable, Policy};
 use crate::stats::{Counters, DetailedStats, HandlerStats, RegionStats};
-use crate::trend::Trend;
-use crate::uffd::Uffd;
-use crate::writeback::{Writer, HALVES};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::io::PipeWriter;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ pub struct Tuning {
     /// Victim selection; S3-FIFO unless asked otherwise.
     pub policy: Policy,
     /// Largest aligned block a store fault may read around its page, in
-    /// pages (`read_block.rs`: used only while it pays; below 2, or with
+    /// pages (`prefetch/read_block.rs`: used only while it pays; below 2, or with
     /// `prefetch_pages_max` 0, never).
     pub read_block_pages_max: usize,
     /// Largest prefetch window, in pages (0: no prefetch). The window used
@@ -64,10 +65,10 @@ pub struct Tuning {
     /// Along a sequential or strided trend, zero-fill the untouched pages
     /// of the window in one call instead of a fault each.
     pub zero_ahead: bool,
-    /// Run the handler on the core of the thread that faults (`cpu.rs`).
+    /// Run the handler on the core of the thread that faults (`kernel/cpu.rs`).
     pub follow_faulter: bool,
     /// Keep evicted pages that compress well in a local pool carved from
-    /// the budget (`zpool.rs`), so faults on them need no store read.
+    /// the budget (`zpool/mod.rs`), so faults on them need no store read.
     pub compress: bool,
     /// With `compress`: the pool takes every victim that compresses, as
     /// zswap does; off, only victims that were reused (`ZPool::admits`).
@@ -78,7 +79,7 @@ pub struct Tuning {
     pub trace: Option<std::path::PathBuf>,
     /// When one read of the uffd brings several threads' faults on pages
     /// only the store holds, read them all with the first one's store read
-    /// (one round trip, not one each) and map them together (`resolve.rs`).
+    /// (one round trip, not one each) and map them together (`handler/resolve.rs`).
     pub batch_fault_reads: bool,
     /// While every page held fits the budget, collapse 2 MiB chunks whose
     /// pages are all mapped writable into huge pages (`huge.rs`).
@@ -115,7 +116,7 @@ pub const BUDGET_FLOOR_PAGES: usize = 256;
 /// ACMS found a 512-page window right for a sequential scan.
 const PREFETCH_PAGES_MAX: usize = 512;
 /// A prefetch window is at most this share of the budget: with
-/// `IN_FLIGHT_MAX` windows and the staging halves (`batch.rs`), the
+/// `IN_FLIGHT_MAX` windows and the staging halves (`evict/batch.rs`), the
 /// handler's buffers take at most a quarter of it.
 const WINDOW_BUDGET_SHARE: usize = 16;
 
@@ -148,7 +149,7 @@ impl Default for Tuning {
         Tuning {
             policy: Policy::default(),
             // Off: on SQLite they cut store faults by 42% and cost 24% of
-            // its throughput (`read_block.rs`).
+            // its throughput (`prefetch/read_block.rs`).
             read_block_pages_max: 0,
             prefetch_pages_max: PREFETCH_PAGES_MAX,
             low_water_pages: None,
@@ -181,7 +182,7 @@ pub struct Region {
     reserve_pages: usize,
     bell: Arc<Doorbell>,
     map: Mapping,
-    pause: Arc<crate::pause::Pause>,
+    pause: Arc<crate::fork::pause::Pause>,
 }
 
 // The owner shares a region between threads (as the preload shim does):
@@ -215,8 +216,9 @@ impl Region {
             0 => 0,
             _ => tuning.read_block_pages_max,
         };
-        let blocks = crate::read_block::Blocks::new(block_pages, tuning.batch_fault_reads)
-            .map_err(FaultError::os("mmap block buffer"))?;
+        let blocks =
+            crate::prefetch::read_block::Blocks::new(block_pages, tuning.batch_fault_reads)
+                .map_err(FaultError::os("mmap block buffer"))?;
         let reserve_pages = reserve_pages(config.budget_pages, staging_pages, window_pages);
         let staging =
             Arc::new(Mapping::new(staging_pages).map_err(FaultError::os("mmap staging"))?);
@@ -304,10 +306,8 @@ impl Region {
             intent: crate::intent::WriteIntent::new(tuning.write_intent),
             zpool,
             trace,
-            lazy: Default::default(),
-            shared: Default::default(),
         };
-        let pause = Arc::new(crate::pause::Pause::default());
+        let pause = Arc::new(crate::fork::pause::Pause::default());
         let handler = Handler {
             core,
             eviction,
@@ -316,9 +316,10 @@ impl Region {
             huge,
             deferred: Vec::new(),
             spin: std::time::Duration::from_micros(u64::from(tuning.spin_us)),
-            follow: crate::cpu::Follow::new(tuning.follow_faulter),
+            follow: crate::kernel::cpu::Follow::new(tuning.follow_faulter),
             recent_gap: std::time::Duration::ZERO,
             pause: Arc::clone(&pause),
+            fork: crate::fork::Forks::default(),
         };
         let (stop_rx, stop_tx) = std::io::pipe().map_err(FaultError::os("stop pipe"))?;
         let thread = std::thread::Builder::new()
@@ -348,7 +349,7 @@ impl Region {
     }
 
     /// Copies of this process's own pages for the child of the fork whose
-    /// pause was number `number` (`Paused::number`): `fork_copy.rs`.
+    /// pause was number `number` (`Paused::number`): `fork/copy.rs`.
     pub fn parent_copy(&self, number: u64) -> std::io::Result<crate::ParentCopy> {
         let pages = (self.len() / PAGE_SIZE) as u32;
         crate::ParentCopy::new(self.map.addr(), pages, Arc::clone(&self.pause), number)

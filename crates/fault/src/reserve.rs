@@ -19,7 +19,9 @@
 //!
 //! Never more than the fixed reserve it replaces.
 
-use crate::writeback::HALVES;
+/// The staging mapping's halves: eviction fills one while the write-back
+/// thread writes the other (`evict/writeback.rs`).
+pub(crate) const HALVES: usize = 2;
 
 pub(crate) struct Reserve {
     /// The fixed reserve: every buffer at its largest, at most a quarter of

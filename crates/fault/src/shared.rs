@@ -2,13 +2,13 @@
 //! the page table, the store, the counters and the budget. Each part
 //! (`evict::Eviction`, `prefetch::Ahead`, `read_block::Blocks`,
 //! `huge::Huge`) owns its own state and is handed this `Core`, so no part
-//! names the `Handler` that joins them (`handler.rs`), and the fault path
-//! (`resolve.rs`) reads from top to bottom in one place.
+//! names the `Handler` that joins them (`handler/mod.rs`), and the fault path
+//! (`handler/resolve.rs`) reads from top to bottom in one place.
 
 use crate::discards::Discards;
+use crate::kernel::uffd::{resolve, Uffd};
 use crate::state::PageTable;
 use crate::stats::Counters;
-use crate::uffd::{resolve, Uffd};
 use memlend_store::{PageStore, PAGE_SIZE};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -40,22 +40,17 @@ pub(crate) struct Core {
     /// staging halves and the prefetch windows, as they use it (`reserve.rs`).
     pub reserve: crate::reserve::Reserve,
     /// Rung by the fetch and write-back threads when a job is done.
-    pub bell: Arc<crate::doorbell::Doorbell>,
+    pub bell: Arc<crate::kernel::doorbell::Doorbell>,
     /// One page: the target of store reads.
-    pub page_buf: crate::mem::PageBuf,
+    pub page_buf: crate::kernel::mem::PageBuf,
     /// One page of zeroes, copied in for write faults on empty pages.
     pub zero_page: Vec<u8>,
     /// Whether store pages are mapped writable or write-protected.
     pub intent: crate::intent::WriteIntent,
-    /// The compressed local tier, if on (`zpool.rs`).
+    /// The compressed local tier, if on (`zpool/mod.rs`).
     pub zpool: Option<crate::zpool::ZPool>,
     /// Every fault goes here too, if tracing (`trace.rs`).
     pub trace: Option<crate::trace::Trace>,
-    /// Dirty pages a lazy fork left to write (`fork_lazy.rs`).
-    pub lazy: crate::fork_lazy::LazyClean,
-    /// Pages the last fork shared, to unshare before they move out
-    /// (`unshare.rs`).
-    pub shared: crate::unshare::ForkShared,
 }
 
 impl Core {

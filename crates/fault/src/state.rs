@@ -161,7 +161,7 @@ impl PageTable {
         let byte = &mut self.bits[page as usize];
         let was = PageState::from_bits(*byte);
         *byte = (*byte & !STATE_MASK) | now as u8;
-        // Branches, not `+= usize::from(..)`: see `page_bits.rs` (a rustc
+        // Branches, not `+= usize::from(..)`: see `fork/page_bits.rs` (a rustc
         // 1.95 miscompile of a bool added to a field).
         if now != PageState::Empty {
             self.held += 1;
@@ -303,7 +303,7 @@ impl PageTable {
 
     /// `take_victims`, but `Clean` pages only: the others met on the way
     /// keep their places at the heads of their queues. A fork's pause makes
-    /// room this way without writing anything (`handler.rs`).
+    /// room this way without writing anything (`handler/mod.rs`).
     pub fn take_clean_victims(&mut self, count: usize, out: &mut Vec<u32>) -> usize {
         out.clear();
         let mut unused_prefetches = 0;

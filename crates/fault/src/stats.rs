@@ -167,18 +167,18 @@ pub struct HandlerStats {
     /// Eviction batches a fault waited for: no free page when it was read.
     pub evictions_on_fault: u64,
     /// Pages a fork had shared with a child, written to so that they could
-    /// move out (`moveout.rs`).
+    /// move out (`evict/moveout.rs`).
     pub pages_unshared: u64,
     /// Pages a fork had shared, unshared a batch at a time before eviction
-    /// moved them out, keeping their protection and state (`unshare.rs`).
+    /// moved them out, keeping their protection and state (`fork/unshare.rs`).
     pub pages_unshared_ahead: u64,
     /// Times the handler parked for a fork (`Region::pause`).
     pub forks: u64,
     /// `Dirty` pages written to the store for a fork, so that the child
-    /// need not share them (`fork_clean.rs`), before or after it.
+    /// need not share them (`fork/clean.rs`), before or after it.
     pub pages_cleaned_for_fork: u64,
     /// Of those, the pages a lazy clean wrote after its fork
-    /// (`fork_lazy.rs`).
+    /// (`fork/lazy.rs`).
     pub pages_cleaned_after_fork: u64,
     /// Time the handler spent getting ready for forks (settling, writing
     /// dirty pages out, making room), faults waiting meanwhile.
@@ -196,7 +196,7 @@ pub struct HandlerStats {
     /// Prefetch windows handed to the fetch thread (one store read each).
     pub prefetch_reads: u64,
     /// Store faults that read the aligned block around their page
-    /// (`read_block.rs`), the other pages of those blocks read and mapped (also
+    /// (`prefetch/read_block.rs`), the other pages of those blocks read and mapped (also
     /// in `pages_prefetched`), and the block size in use now (1: none).
     pub block_reads: u64,
     pub pages_read_beside: u64,
@@ -217,7 +217,7 @@ pub struct HandlerStats {
     /// writable, because most such pages were being written (`intent.rs`).
     pub store_pages_mapped_writable: u64,
     /// Times the handler moved to another core, following the faulting
-    /// threads (`cpu.rs`).
+    /// threads (`kernel/cpu.rs`).
     pub handler_moves: u64,
     /// 1 once the handler has failed (panicked, or poll/read on the uffd
     /// failed): every page not mapped then was poisoned (SIGBUS on touch);
@@ -229,7 +229,7 @@ pub struct HandlerStats {
     pub fault_store_read_ns: u64,
     /// The same for mapping the page read: the UFFDIO_COPY call, wall
     /// time. It wakes the faulting thread, which shares the handler's core
-    /// (`cpu.rs`) and may run first: of 4.8 µs measured, 2.5 µs were the
+    /// (`kernel/cpu.rs`) and may run first: of 4.8 µs measured, 2.5 µs were the
     /// handler's own CPU time.
     pub fault_map_ns: u64,
     /// Faults served from the compressed pool: a decompression and

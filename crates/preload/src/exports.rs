@@ -270,7 +270,7 @@ pub unsafe extern "C" fn mremap(
 /// MADV_DONTNEED, which it may always act as, because the kernel would
 /// drop a freed page without telling the handler, and the handler writes
 /// to pages a fork shared, which must not vanish under it (`moveout.rs`);
-/// in a forked child, pages dropped read zero from then on (`fork.rs`).
+/// in a forked child, pages dropped read zero from then on (`fork/`).
 #[no_mangle]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
     const MADV_COLLAPSE: i32 = 25;

@@ -19,7 +19,7 @@ const STARTING: u8 = 3;
 const READY: u8 = 4;
 const FAILED: u8 = 5;
 /// A forked child: the region is the parent's, served by the child's own
-/// handler (`fork.rs`); large allocations go local.
+/// handler (`fork/`); large allocations go local.
 const CHILD: u8 = 6;
 
 static STATE: AtomicU8 = AtomicU8::new(UNCONFIGURED);
@@ -47,9 +47,6 @@ static HOOKS: OnceLock<Hooks> = OnceLock::new();
 /// Read the environment once, at load time, before `main`.
 pub fn configure(hooks: Hooks) {
     let _ = HOOKS.set(hooks);
-    // At load, before the program's allocator registers its own: ours then
-    // run first in a child, before anything there touches far memory.
-    crate::fork::register();
     match crate::config::from_env() {
         Ok(Some(cfg)) => {
             THRESHOLD.store(cfg.threshold_bytes, Relaxed);
@@ -164,7 +161,7 @@ fn build(cfg: &Config) -> Result<Heap> {
         budget_pages,
         evict_batch_pages: RegionConfig::default().evict_batch_pages.min(budget_pages),
     };
-    // The store keeps what a forked child still reads (`fork.rs`).
+    // The store keeps what a forked child still reads (`fork/`).
     let snapshots = std::sync::Arc::new(Snapshots::new(std::sync::Arc::clone(&opened.store)));
     let region = Region::with_tuning(rc, tuning, snapshots.clone()).context("far-memory region")?;
     if !cfg.follow_fork {

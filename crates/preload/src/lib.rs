@@ -13,7 +13,7 @@
 //!   (glibc's, or the program's own, such as redis-server's jemalloc).
 //! - fork: by default the child sees the region as it was at the fork,
 //!   served by a handler of its own that reads far pages through its
-//!   parent (`fork.rs`); with `--follow-fork off` the region is
+//!   parent (`fork/`); with `--follow-fork off` the region is
 //!   MADV_DONTFORK and a child has no far memory (a touch is SIGSEGV).
 //!   Either way its new
 //!   large allocations are local, and its frees of far blocks are no-ops. exec: a new program starts a region of its own if
@@ -29,8 +29,6 @@ mod arena;
 mod config;
 mod far;
 mod fork;
-mod fork_serve;
-mod fork_watch;
 mod heap;
 mod libc_alloc;
 mod live;
@@ -54,6 +52,11 @@ static GLOBAL: libc_alloc::LibcAlloc = libc_alloc::LibcAlloc;
 #[link_section = ".init_array"]
 static CONFIGURE: extern "C" fn() = {
     extern "C" fn configure() {
+        // The one place the shim's fork handling is wired: at load, before
+        // the program's allocator registers its own atfork handlers, so
+        // ours run first in a child, before anything there touches far
+        // memory (`fork/`).
+        fork::register();
         far::configure(far::Hooks { before: report::init_logging, ready });
     }
     configure

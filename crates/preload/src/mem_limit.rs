@@ -40,7 +40,7 @@
 //! 113-117 MiB by the resident-set rule, with 94 MiB far: it counted 5 MiB
 //! of shared libraries the memcg did not charge, and the floor.)
 //!
-//! A fork (`fork.rs`) holds room for the child for two seconds: the budget
+//! A fork (`fork/`) holds room for the child for two seconds: the budget
 //! is that much lower, from before the fork, until the child's own charge
 //! shows in the cgroup's.
 //!
@@ -58,7 +58,8 @@ use memlend_fault::BUDGET_FLOOR_PAGES;
 use memlend_host::charge::Charge;
 use memlend_store::PAGE_SIZE;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 const INTERVAL: Duration = Duration::from_millis(50);
 /// The cgroup is looked up again every this many looks, in case the
@@ -91,6 +92,34 @@ const STEP_MIN_PAGES: u64 = 64;
 /// The limit of the cgroup `--mem` follows; 0 while it follows the
 /// resident set. For the exit report.
 pub static CGROUP_LIMIT_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Under `--mem`, how long the room made at a fork is held. The child fills
+/// its budget within about this; from then on the `--mem` follower sees the
+/// child's charge, and room held on top of it took the parent's memory
+/// twice (held for the child's whole life: the parent served 0.69-0.81x
+/// swap to disk's operations during a BGSAVE, `fork_bgsave5.json`).
+const ROOM_HOLD: Duration = Duration::from_secs(2);
+
+/// Under `--mem`, room held for children forked lately: (until, bytes).
+/// Forks are one at a time and each entry lives `ROOM_HOLD`, so it stays
+/// short.
+static ROOMS: Mutex<Vec<(Instant, u64)>> = Mutex::new(Vec::new());
+
+/// The room children forked lately hold: the parent's far budget is that
+/// much lower, from before the fork itself.
+pub fn children_room_bytes() -> u64 {
+    let now = Instant::now();
+    let mut rooms = ROOMS.lock().unwrap_or_else(|e| e.into_inner());
+    rooms.retain(|&(until, _)| until > now);
+    rooms.iter().map(|&(_, bytes)| bytes).sum()
+}
+
+/// A child was forked: its room, `bytes`, is held for `ROOM_HOLD`.
+pub fn hold_for_child(bytes: u64) {
+    let mut rooms = ROOMS.lock().unwrap_or_else(|e| e.into_inner());
+    rooms.retain(|&(until, _)| until > Instant::now());
+    rooms.push((Instant::now() + ROOM_HOLD, bytes));
+}
 
 /// What the process holds outside the far region's `own_bytes` (mapped
 /// pages, pool and reserve) now.
@@ -242,8 +271,8 @@ impl Follower {
                 (self.mem_bytes, rest, budget_bytes(self.mem_bytes, rest, self.start_rest_bytes))
             }
         };
-        // Room held for forked children while they live (`fork.rs`).
-        let children = crate::fork::children_room_bytes();
+        // Room held for forked children while they live (`hold_for_child`).
+        let children = children_room_bytes();
         let budget = budget.saturating_sub(children).max(FLOOR_BYTES);
         if budget <= FLOOR_BYTES {
             self.warn_once(limit, rest);

@@ -62,10 +62,10 @@ pub fn open_lease(g: &LeaseGrant, cfg: &ClientConfig, encrypt: bool) -> Result<A
     let mut cfg = cfg.clone();
     cfg.borrower_id = api::credential_from_hex(&g.credential).map_err(anyhow::Error::msg)?;
     let pages = g.bytes / PAGE_SIZE as u64;
-    let s = crate::open::seal::open(g.data_addr, &cfg, pages, encrypt).with_context(|| {
+    let s = crate::seal::open(g.data_addr, &cfg, pages, encrypt).with_context(|| {
         format!("cannot open lease {} on {} ({})", g.lease, g.donor_name, g.data_addr)
     })?;
-    crate::open::seal::wrap(s, encrypt)
+    crate::seal::wrap(s, encrypt)
 }
 
 /// A lease with a write-through copy on the local SSD, read only when the
@@ -77,7 +77,7 @@ pub(crate) fn backed_by_ssd(
     donor: &str,
     pages: u64,
 ) -> Result<Mirror> {
-    let file = crate::open::ssd::open(dir, Some(pages))?.store;
+    let file = crate::ssd::open(dir, Some(pages))?.store;
     let legs = vec![(lease, donor.to_string()), (file, "ssd".to_string())];
     Ok(Mirror::new(legs, pages, MirrorOptions::default(), None)?)
 }
@@ -85,7 +85,7 @@ pub(crate) fn backed_by_ssd(
 /// Where pages go when no donor takes them: the SSD directory, else RAM.
 pub(crate) fn home_store(dir: Option<&Path>, pages: u64) -> Result<(Arc<dyn PageStore>, String)> {
     if let Some(dir) = dir {
-        let o = crate::open::ssd::open(dir, Some(pages))?;
+        let o = crate::ssd::open(dir, Some(pages))?;
         return Ok((o.store, format!("home ({})", o.describe)));
     }
     let s: Arc<dyn PageStore> = Arc::new(RamStore::new(pages, RamOptions::default())?);

@@ -58,9 +58,9 @@ fn open_slab(
     pages: u64,
     encrypt: bool,
 ) -> Result<Arc<dyn PageStore>> {
-    let slab = super::seal::open(addr, cfg, pages, encrypt)
+    let slab = crate::seal::open(addr, cfg, pages, encrypt)
         .with_context(|| format!("cannot open {} on donor {addr}", size(pages)))?;
-    super::seal::wrap(slab, encrypt)
+    crate::seal::wrap(slab, encrypt)
 }
 
 /// Pages each donor can still promise, whole stripe chunks, for an even

@@ -7,8 +7,6 @@
 pub mod cluster;
 mod donors;
 pub mod redundant;
-pub(crate) mod seal;
-pub(crate) mod ssd;
 
 use crate::{Opened, Placement, Redundancy};
 use anyhow::{bail, Context, Result};
@@ -69,7 +67,7 @@ impl Placement {
             return donors::open(self, pages);
         }
         let path = self.ssd.clone().unwrap_or_else(crate::default_ssd_dir);
-        ssd::open(&path, pages)
+        crate::ssd::open(&path, pages)
     }
 }
 

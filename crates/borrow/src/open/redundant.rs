@@ -10,8 +10,8 @@
 //! SSD file behind it. `erasure`: one slab per donor, n-m of data and m of
 //! parity (`layer::erasure`).
 
-use super::{donors, ssd};
-use crate::{Opened, Placement, STRIPE_CHUNK_PAGES};
+use super::donors;
+use crate::{Opened, Placement, Redundancy, STRIPE_CHUNK_PAGES};
 use anyhow::{bail, Context, Result};
 use memlend_remote::ClientConfig;
 use memlend_store::layer::mirror::{SpareFn, SpareRequest};
@@ -19,7 +19,6 @@ use memlend_store::layer::{Erasure, Mirror, MirrorOptions, MirrorStats, Stripe};
 use memlend_store::{PageStore, StoreError};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,45 +28,6 @@ pub const LEG_IO_TIMEOUT: Duration = Duration::from_millis(800);
 
 /// Label of a leg on the local SSD.
 const SSD_LABEL: &str = "ssd";
-
-/// A page's second home.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Redundancy {
-    /// One copy: a donor that dies takes its pages with it.
-    #[default]
-    None,
-    /// Two donors hold every page.
-    Mirror,
-    /// A donor and a local SSD file hold every page.
-    Ssd,
-    /// Pages spread over n-m donors with m parity donors (m = 2 from five
-    /// donors, else 1): any m may fail, for n/(n-m) of the memory.
-    Erasure,
-}
-
-impl FromStr for Redundancy {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Redundancy> {
-        match s {
-            "none" => Ok(Redundancy::None),
-            "mirror" => Ok(Redundancy::Mirror),
-            "ssd" => Ok(Redundancy::Ssd),
-            "erasure" => Ok(Redundancy::Erasure),
-            _ => bail!("redundancy {s:?}: expected none, mirror, ssd or erasure"),
-        }
-    }
-}
-
-impl std::fmt::Display for Redundancy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Redundancy::None => "none",
-            Redundancy::Mirror => "mirror",
-            Redundancy::Ssd => "ssd",
-            Redundancy::Erasure => "erasure",
-        })
-    }
-}
 
 /// Open `pages` pages (or as many as fit) with a second home for each.
 pub fn open(p: &Placement, pages: Option<u64>) -> Result<Opened> {
@@ -193,8 +153,8 @@ impl Spares {
     fn slab(&self, addr: SocketAddr, pages: u64) -> Result<Arc<dyn PageStore>> {
         let mut attempt = 1;
         loop {
-            match super::seal::open(addr, &self.cfg, pages, self.encrypt) {
-                Ok(store) => return super::seal::wrap(store, self.encrypt),
+            match crate::seal::open(addr, &self.cfg, pages, self.encrypt) {
+                Ok(store) => return crate::seal::wrap(store, self.encrypt),
                 Err(e) if e.is_transport() && attempt < OPEN_ATTEMPTS => {
                     tracing::warn!(%addr, error = %e, attempt, "opening a copy failed; again");
                     attempt += 1;
@@ -208,7 +168,7 @@ impl Spares {
     }
 
     fn ssd_file(&self, pages: u64) -> Result<Arc<dyn PageStore>> {
-        Ok(ssd::open(&self.ssd, Some(pages))?.store)
+        Ok(crate::ssd::open(&self.ssd, Some(pages))?.store)
     }
 
     /// A donor not in `avoid` with room; else, when allowed, the SSD.

@@ -4,12 +4,13 @@
 //! with a different label per direction, so a MAC can be neither replayed on
 //! another connection nor reflected back to its sender.
 
-use super::NONCE_LEN;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 pub const KEY_LEN: usize = 32;
 pub const MAC_LEN: usize = 32;
+/// Each side's nonce in the handshake (`hello.rs`), which the MACs cover.
+pub const NONCE_LEN: usize = 32;
 
 /// The cluster key. Its `Debug` never prints the bytes.
 #[derive(Clone, PartialEq, Eq)]

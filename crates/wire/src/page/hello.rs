@@ -4,9 +4,8 @@
 //! its own nonce; each side proves it holds the cluster key with an HMAC over
 //! both nonces (see `auth.rs`). Only then does the server read requests.
 
-use super::{le_u16, le_u32, le_u64, FrameError, Status, MAC_LEN};
-
-pub const NONCE_LEN: usize = 32;
+use super::auth::{MAC_LEN, NONCE_LEN};
+use super::{le_u16, le_u32, le_u64, FrameError, Status};
 
 fn check_magic(b: &[u8], len: usize, magic: &[u8; 8]) -> Result<(), FrameError> {
     if b.len() < len {

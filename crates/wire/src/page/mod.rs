@@ -13,10 +13,10 @@ mod reply;
 mod request;
 mod stat;
 
-pub use auth::{client_mac, server_mac, verify_mac, Key, KEY_LEN, MAC_LEN};
+pub use auth::{client_mac, server_mac, verify_mac, Key, KEY_LEN, MAC_LEN, NONCE_LEN};
 pub use codes::{Opcode, Status};
 pub use error::FrameError;
-pub use hello::{Auth, Challenge, Hello, Welcome, NONCE_LEN};
+pub use hello::{Auth, Challenge, Hello, Welcome};
 pub use reply::{RepHeader, REP_HEADER_LEN};
 pub use request::{ReqHeader, REQ_HEADER_LEN};
 pub use stat::StatReply;

@@ -6,13 +6,17 @@
 //! takes one fault per window instead of one per page (the kernel gives
 //! each zero page its own copy on the first write, with no message to us).
 
-use crate::evict::Eviction;
-use crate::fetch::{runs, Fetch, Fetcher, IN_FLIGHT_MAX};
+pub(crate) mod fetch;
+pub(crate) mod read_block;
+pub(crate) mod trend;
+
+use crate::evict::{BeforeMove, Eviction};
+use crate::kernel::uffd::Msg;
+use crate::prefetch::fetch::{runs, Fetch, Fetcher, IN_FLIGHT_MAX};
+use crate::prefetch::trend::{Window, REACH_WINDOWS};
 use crate::shared::Core;
 use crate::state::PageState;
 use crate::stats::Counters;
-use crate::trend::{Window, REACH_WINDOWS};
-use crate::uffd::Msg;
 use memlend_store::PAGE_SIZE;
 
 /// Most pages one eviction batch takes to make room for a window (1 MiB).
@@ -26,7 +30,7 @@ const MARKER_PAGES_MIN: usize = 16;
 pub(crate) struct Ahead {
     /// The fetch threads, and the prefetch windows they may be reading.
     pub fetcher: Fetcher,
-    pub trend: crate::trend::Trend,
+    pub trend: crate::prefetch::trend::Trend,
     /// Zero-fill untouched pages along a trend.
     pub zero_ahead: bool,
     /// Scratch: the pages of one window.
@@ -34,7 +38,7 @@ pub(crate) struct Ahead {
     /// The window buffers not in flight: with those in flight, always
     /// `IN_FLIGHT_MAX` of a largest window each, made once (a fresh one per
     /// window would be faulted in and zeroed each time).
-    pub spare_bufs: Vec<crate::mem::PageBuf>,
+    pub spare_bufs: Vec<crate::kernel::mem::PageBuf>,
     /// Scratch: the untouched pages of one window, and zeroes to copy over
     /// them (grown to the longest run seen, at most a window).
     pub zero_ahead_pages: Vec<u32>,
@@ -43,14 +47,20 @@ pub(crate) struct Ahead {
 
 impl Ahead {
     /// Called after a missing fault on `page` was resolved.
-    pub(crate) fn after_fault(&mut self, core: &mut Core, eviction: &mut Eviction, page: u32) {
+    pub(crate) fn after_fault(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
+        page: u32,
+    ) {
         let Some(advice) = self.trend.fault(page) else {
             return;
         };
         if let Some((window, step)) = advice.passed {
             self.count_passed(core, window, step);
         }
-        self.prefetch(core, eviction, page, advice.stride, advice.pages);
+        self.prefetch(core, eviction, gate, page, advice.stride, advice.pages);
     }
 
     /// The faulting stream reached step `upto` of `window`: the prefetched
@@ -71,7 +81,7 @@ impl Ahead {
     }
 
     /// Of the pages along `stride` after `page`, have those in the store
-    /// that are not in flight yet read on the fetch threads (`fetch.rs`), a
+    /// that are not in flight yet read on the fetch threads (`prefetch/fetch.rs`), a
     /// window of `pages` per read, until `IN_FLIGHT_MAX` windows are in
     /// flight (looking `REACH_WINDOWS` ahead); and zero-fill the untouched ones of the first window (mapped
     /// ones are there already). Room for them is made while the reads are
@@ -83,12 +93,13 @@ impl Ahead {
         &mut self,
         core: &mut Core,
         eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
         page: u32,
         stride: i64,
         pages: usize,
     ) {
         if self.fetcher.full() {
-            self.finish_oldest_fetch(core, eviction);
+            self.finish_oldest_fetch(core, eviction, gate);
         }
         let mut wanted = std::mem::take(&mut self.window_pages);
         let mut empty = std::mem::take(&mut self.zero_ahead_pages);
@@ -118,7 +129,7 @@ impl Ahead {
         if under > 0 {
             empty.truncate(under);
         }
-        let room = self.room_for(core, eviction, fetching + empty.len());
+        let room = self.room_for(core, eviction, gate, fetching + empty.len());
         empty.truncate(room.saturating_sub(fetching));
         empty.sort_unstable();
         self.zero_fill_ahead(core, &empty);
@@ -145,32 +156,52 @@ impl Ahead {
     }
 
     /// Map every window in flight once it is read (waiting for them).
-    pub(crate) fn finish_fetch(&mut self, core: &mut Core, eviction: &mut Eviction) {
+    pub(crate) fn finish_fetch(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
+    ) {
         for _ in 0..IN_FLIGHT_MAX {
-            self.finish_oldest_fetch(core, eviction);
+            self.finish_oldest_fetch(core, eviction, gate);
         }
     }
 
-    fn finish_oldest_fetch(&mut self, core: &mut Core, eviction: &mut Eviction) {
+    fn finish_oldest_fetch(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
+    ) {
         if let Some(fetch) = self.fetcher.wait() {
-            self.fetched(core, eviction, fetch);
+            self.fetched(core, eviction, gate, fetch);
         }
     }
 
     /// Map the windows in flight that have been read; never waits.
-    pub(crate) fn poll_fetch(&mut self, core: &mut Core, eviction: &mut Eviction) {
+    pub(crate) fn poll_fetch(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
+    ) {
         for _ in 0..IN_FLIGHT_MAX {
             match self.fetcher.try_done() {
-                Some(fetch) => self.fetched(core, eviction, fetch),
+                Some(fetch) => self.fetched(core, eviction, gate, fetch),
                 None => break,
             }
         }
     }
 
     /// Wait for every window in flight and map it (before a fork).
-    pub(crate) fn finish_all_fetches(&mut self, core: &mut Core, eviction: &mut Eviction) {
+    pub(crate) fn finish_all_fetches(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
+    ) {
         while let Some(fetch) = self.fetcher.wait() {
-            self.fetched(core, eviction, fetch);
+            self.fetched(core, eviction, gate, fetch);
         }
     }
 
@@ -183,6 +214,7 @@ impl Ahead {
         &mut self,
         core: &mut Core,
         eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
         msgs: &[Msg],
     ) {
         if !self.fetcher.busy() {
@@ -214,19 +246,25 @@ impl Ahead {
                 }
             }
             fetch.pages.truncate(kept);
-            self.fetched(core, eviction, fetch);
+            self.fetched(core, eviction, gate, fetch);
         }
     }
 
     /// A window was read: map what fits in the budget. A failure is only
     /// logged; nobody waits on these pages, which fault on their own.
-    fn fetched(&mut self, core: &mut Core, eviction: &mut Eviction, fetch: Fetch) {
+    fn fetched(
+        &mut self,
+        core: &mut Core,
+        eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
+        fetch: Fetch,
+    ) {
         let Fetch { mut pages, buf, result } = fetch;
         match result {
             Ok(()) => {
                 // Room was made when the read went out; faults since may
                 // have used it.
-                pages.truncate(self.room_for(core, eviction, pages.len()));
+                pages.truncate(self.room_for(core, eviction, gate, pages.len()));
                 self.map_prefetched(core, &pages, buf.bytes(pages.len() * PAGE_SIZE));
             }
             Err(e) => {
@@ -250,6 +288,7 @@ impl Ahead {
         &mut self,
         core: &mut Core,
         eviction: &mut Eviction,
+        gate: &mut dyn BeforeMove,
         count: usize,
     ) -> usize {
         let batch_pages = eviction.batch.pages().max(WINDOW_BATCH_PAGES.min(eviction.batch.max()));
@@ -260,7 +299,7 @@ impl Ahead {
             if need == 0 {
                 break;
             }
-            eviction.evict(core, need.min(batch_pages).max(eviction.batch.pages()));
+            eviction.evict(core, gate, need.min(batch_pages).max(eviction.batch.pages()));
         }
         count.min(core.mapped_budget().saturating_sub(core.table.resident()))
     }

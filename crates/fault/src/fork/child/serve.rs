@@ -21,8 +21,9 @@
 //! Failure: a page the parent cannot give is poisoned, and the touching
 //! thread gets SIGBUS: the child dies, it does not hang or read wrong bytes.
 
-use crate::child_cache::ChildCache;
-use crate::uffd::{Msg, Uffd};
+use super::cache::ChildCache;
+use super::source::{ChildSource, LINK_PAGES_MAX};
+use crate::kernel::uffd::{Msg, Uffd};
 use memlend_store::PAGE_SIZE;
 use std::io;
 use std::io::Read;
@@ -30,13 +31,6 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-
-/// Where a child reads its far pages: its parent, as the store held them at
-/// the fork.
-pub trait ChildSource: Send {
-    /// Fill `out` (one page each, in order) with `pages`.
-    fn read(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()>;
-}
 
 /// Pages a forked child threw away (MADV_DONTNEED, free): they read as
 /// zero from then on, whatever the store held. One bit a page, set by the
@@ -84,7 +78,7 @@ pub struct ChildRegion {
 
 /// Pages read from the parent in one request at most: the missing faults
 /// of one read of the descriptor.
-const BATCH_PAGES_MAX: usize = crate::child_link::LINK_PAGES_MAX;
+const BATCH_PAGES_MAX: usize = LINK_PAGES_MAX;
 
 /// In the forked child, before anything touches the region: register it
 /// with a userfaultfd of the child's own and start the thread that serves
@@ -120,7 +114,7 @@ pub fn serve_child(region: ChildRegion, source: Box<dyn ChildSource>) -> io::Res
 /// no more than its budget. It reads them again through its parent.
 fn drop_shared(region: &ChildRegion) -> io::Result<()> {
     let mut mapped = Vec::new();
-    crate::mem::mapped_pages(region.base, region.pages as usize, &mut mapped)?;
+    crate::kernel::mem::mapped_pages(region.base, region.pages as usize, &mut mapped)?;
     let droppable = |page: usize| {
         mapped[page] && region.in_store.get(page / 64).is_some_and(|w| w & (1 << (page % 64)) != 0)
     };
@@ -189,10 +183,10 @@ struct ChildServer {
 impl ChildServer {
     fn run(mut self) {
         self.written = vec![false; self.region.pages as usize];
-        // As the parent's handler does (`cpu.rs`): the faulting thread waits
+        // As the parent's handler does (`kernel/cpu.rs`): the faulting thread waits
         // while this one serves it, so they share a core, and the wake after
         // each page is not one across cores (15-50 us here).
-        let mut follow = crate::cpu::Follow::new(true);
+        let mut follow = crate::kernel::cpu::Follow::new(true);
         let mut msgs = [Msg::default(); 16];
         loop {
             let ready = match wait_readable(&self.uffd, self.region.notices.as_ref()) {
@@ -343,7 +337,7 @@ impl ChildServer {
     }
 
     /// Drop pages read in and not written while more than the budget are
-    /// kept (`child_cache.rs` picks which). A write racing the drop waits on
+    /// kept (`fork/child/cache.rs` picks which). A write racing the drop waits on
     /// this thread (its WP fault), finds the page gone, and reads it in
     /// again.
     fn drop_over_budget(&mut self) {
@@ -378,7 +372,7 @@ impl ChildServer {
 }
 
 fn resolve(uffd: &Uffd, addr: usize, call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
-    crate::uffd::resolve(uffd, addr, call)
+    crate::kernel::uffd::resolve(uffd, addr, call)
 }
 
 fn report(page: u32, what: &str, result: io::Result<()>) {
@@ -394,7 +388,7 @@ struct ChildReady {
 
 /// How long the child's handler polls, yielding, for its next fault before
 /// it sleeps: a `BGSAVE` child faults every few microseconds, and a wake
-/// across cores costs 15-50 us on these VMs (see `child_link.rs`).
+/// across cores costs 15-50 us on these VMs (see `fork/child/link.rs`).
 const FAULT_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 fn wait_readable(uffd: &Uffd, notices: Option<&UnixStream>) -> io::Result<ChildReady> {

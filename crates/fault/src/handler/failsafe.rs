@@ -7,8 +7,8 @@
 //! be read) do not hang either.
 
 use crate::handler::Handler;
+use crate::kernel::uffd::{self, Msg, Ready};
 use crate::stats::Counters;
-use crate::uffd::{self, Msg, Ready};
 use memlend_store::PAGE_SIZE;
 use std::io::PipeReader;
 

@@ -1,7 +1,7 @@
 //! A lazy clean for a fork: the dirty pages are written after the fork,
 //! not during it (`Region::pause_lazy`).
 //!
-//! Why: the eager clean (`fork_clean.rs`) writes every dirty page before
+//! Why: the eager clean (`fork/clean.rs`) writes every dirty page before
 //! the fork goes on, and the program waits: ~4.5 us a page over a loopback
 //! donor, 276 ms for redis at a quarter of 1 GiB, seconds for a budget of
 //! gigabytes on a real link. Here the pause only write-protects the dirty
@@ -24,7 +24,7 @@
 //! no "old" bytes; the sink makes the snapshot owe it before any later
 //! write can start (they all come from this thread).
 
-use crate::page_bits::PageBits;
+use crate::fork::page_bits::PageBits;
 use crate::shared::Core;
 use crate::stats::Counters;
 
@@ -123,56 +123,56 @@ impl LazyClean {
             out.push(p);
         }
     }
-}
 
-/// Write `pages` (taken from the pending set) and tell the sink.
-fn write_taken(core: &mut Core, pages: &[u32]) {
-    if pages.is_empty() {
-        return;
+    /// Write `pages` (taken from the pending set) and tell the sink.
+    fn write_taken(&mut self, core: &mut Core, pages: &[u32]) {
+        if pages.is_empty() {
+            return;
+        }
+        let mut cleaned = Vec::with_capacity(pages.len());
+        crate::fork::clean::clean_pages(core, pages, &mut cleaned);
+        Counters::add(&core.counters.pages_cleaned_after_fork, cleaned.len() as u64);
+        let wanted = match self.sink.as_mut() {
+            Some(sink) if !cleaned.is_empty() => sink.written(&cleaned),
+            _ => true,
+        };
+        if !wanted || !self.busy() {
+            self.clear();
+        }
     }
-    let mut cleaned = Vec::with_capacity(pages.len());
-    crate::fork_clean::clean_pages(core, pages, &mut cleaned);
-    Counters::add(&core.counters.pages_cleaned_after_fork, cleaned.len() as u64);
-    let wanted = match core.lazy.sink.as_mut() {
-        Some(sink) if !cleaned.is_empty() => sink.written(&cleaned),
-        _ => true,
-    };
-    if !wanted || !core.lazy.busy() {
-        core.lazy.clear();
+
+    /// Between faults: write the next few pending pages.
+    pub(crate) fn write_some(&mut self, core: &mut Core) {
+        let mut pages = Vec::with_capacity(IDLE_CHUNK_PAGES);
+        self.take_next(IDLE_CHUNK_PAGES, &mut pages);
+        self.write_taken(core, &pages);
     }
-}
 
-/// Between faults: write the next few pending pages.
-pub(crate) fn write_some(core: &mut Core) {
-    let mut pages = Vec::with_capacity(IDLE_CHUNK_PAGES);
-    core.lazy.take_next(IDLE_CHUNK_PAGES, &mut pages);
-    write_taken(core, &pages);
-}
-
-/// Before a fork: write every pending page of the last one.
-pub(crate) fn write_all(core: &mut Core) {
-    // Bounded: each turn takes pages out of the set, or it is empty.
-    while core.lazy.busy() {
-        write_some(core);
+    /// Before a fork: write every pending page of the last one.
+    pub(crate) fn write_all(&mut self, core: &mut Core) {
+        // Bounded: each turn takes pages out of the set, or it is empty.
+        while self.busy() {
+            self.write_some(core);
+        }
     }
-}
 
-/// A write faulted on `page`: write it (and the pending run after it)
-/// first, so that its fork bytes reach the store before its new ones.
-pub(crate) fn write_before_change(core: &mut Core, page: u32) {
-    let mut pages = Vec::with_capacity(AROUND_WRITE_PAGES);
-    core.lazy.take_run(page, AROUND_WRITE_PAGES, &mut pages);
-    write_taken(core, &pages);
-}
-
-/// Eviction chose `victims`: write the pending ones first (they leave
-/// `Clean`, so eviction drops them with no write of its own).
-pub(crate) fn write_victims(core: &mut Core, victims: &[u32]) {
-    if !core.lazy.busy() {
-        return;
+    /// A write faulted on `page`: write it (and the pending run after it)
+    /// first, so that its fork bytes reach the store before its new ones.
+    pub(crate) fn write_before_change(&mut self, core: &mut Core, page: u32) {
+        let mut pages = Vec::with_capacity(AROUND_WRITE_PAGES);
+        self.take_run(page, AROUND_WRITE_PAGES, &mut pages);
+        self.write_taken(core, &pages);
     }
-    let pages: Vec<u32> = victims.iter().copied().filter(|&p| core.lazy.take(p)).collect();
-    write_taken(core, &pages);
+
+    /// Eviction chose `victims`: write the pending ones first (they leave
+    /// `Clean`, so eviction drops them with no write of its own).
+    pub(crate) fn write_victims(&mut self, core: &mut Core, victims: &[u32]) {
+        if !self.busy() {
+            return;
+        }
+        let pages: Vec<u32> = victims.iter().copied().filter(|&p| self.take(p)).collect();
+        self.write_taken(core, &pages);
+    }
 }
 
 /// At a lazy pause: write-protect the mapped `Dirty` pages where they are,
@@ -182,7 +182,7 @@ pub(crate) fn write_victims(core: &mut Core, victims: &[u32]) {
 /// Scattered dirty pages took one ioctl a run: 103 ms for redis's 54 K
 /// (`forklazy_1.json`). If that call fails, run by run.
 pub(crate) fn protect_dirty(core: &Core) -> Vec<u64> {
-    let dirty = crate::fork_clean::dirty_pages(core);
+    let dirty = crate::fork::clean::dirty_pages(core);
     let mut bits = vec![0u64; (core.pages as usize).div_ceil(64)];
     let whole = core.pages as usize * memlend_store::PAGE_SIZE;
     match core.uffd.protect(core.base, whole) {
@@ -196,7 +196,7 @@ pub(crate) fn protect_dirty(core: &Core) -> Vec<u64> {
     // Bounded: each turn takes up to a chunk of the list.
     for chunk in dirty.chunks(4096) {
         runs.clear();
-        crate::fork_clean::protect_mapped_runs(core, chunk, &mut runs);
+        crate::fork::clean::protect_mapped_runs(core, chunk, &mut runs);
         for &(first, count) in &runs {
             (first..first + count).for_each(|p| bits[p as usize / 64] |= 1 << (p % 64));
         }

@@ -26,8 +26,7 @@
 //! copy back that failed for want of memory lost the page, and pages an
 //! older fork still shared could not move and stayed `Dirty`.
 
-use crate::evict::Eviction;
-use crate::mem::mapped_pages;
+use crate::kernel::mem::mapped_pages;
 use crate::shared::Core;
 use crate::state::PageState;
 use crate::stats::Counters;
@@ -138,25 +137,5 @@ fn settle_runs(core: &mut Core, runs: &[(u32, u32)], written: bool) {
         {
             tracing::warn!("fault handler: unprotecting pages after a failed clean: {e}");
         }
-    }
-}
-
-impl Eviction {
-    /// Evict until the mapped pages fit the budget, waiting for every
-    /// write-back. At most one batch per page mapped.
-    pub(crate) fn evict_down_to_budget(&mut self, core: &mut Core) {
-        let turns_max = core.table.resident();
-        for _ in 0..turns_max {
-            if core.table.resident() <= core.mapped_budget() {
-                break;
-            }
-            let before = core.table.resident();
-            self.evict_batch(core);
-            if core.table.resident() >= before {
-                break; // nothing could go: the victims stayed
-            }
-        }
-        self.settle_all(core);
-        core.publish_resident();
     }
 }

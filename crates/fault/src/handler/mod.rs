@@ -4,9 +4,14 @@
 //! eviction, prefetch, block reads and huge pages, each owning its own. This
 //! thread alone owns all of it, so the state machine needs no locks.
 
+mod events;
+mod failsafe;
+mod park;
+mod resolve;
+
+use crate::kernel::uffd::{self, Fault, Msg, Ready};
 use crate::shared::{Core, Step};
 use crate::stats::Counters;
-use crate::uffd::{self, Fault, Msg, Ready};
 use memlend_store::PAGE_SIZE;
 use std::io;
 use std::io::PipeReader;
@@ -28,12 +33,12 @@ pub(crate) struct Handler {
     /// What every part reads and changes: the uffd, the page table, the
     /// store, the counters, the budget (`shared.rs`).
     pub core: Core,
-    /// The eviction's staging, write-back and batch state (`evict.rs`).
+    /// The eviction's staging, write-back and batch state (`evict/mod.rs`).
     pub eviction: crate::evict::Eviction,
-    /// Prefetch along trends (`prefetch.rs`) and block reads around a miss
-    /// (`read_block.rs`).
+    /// Prefetch along trends (`prefetch/mod.rs`) and block reads around a miss
+    /// (`prefetch/read_block.rs`).
     pub ahead: crate::prefetch::Ahead,
-    pub blocks: crate::read_block::Blocks,
+    pub blocks: crate::prefetch::read_block::Blocks,
     /// Huge pages while every page fits (`huge.rs`), if on.
     pub huge: Option<crate::huge::Huge>,
     /// Faults to try again once pending events are read; at most
@@ -42,11 +47,14 @@ pub(crate) struct Handler {
     /// How long to poll without sleeping before a sleeping wait.
     pub spin: Duration,
     /// The CPU this thread runs on follows the faulting threads.
-    pub follow: crate::cpu::Follow,
+    pub follow: crate::kernel::cpu::Follow,
     /// Running average of the idle time before a message came.
     pub recent_gap: Duration,
-    /// Held still across a fork (`pause.rs`).
-    pub pause: std::sync::Arc<crate::pause::Pause>,
+    /// Held still across a fork (`fork/pause.rs`).
+    pub pause: std::sync::Arc<crate::fork::pause::Pause>,
+    /// What the last fork left to do (`fork/`): eviction and the faults
+    /// it touches ask it first.
+    pub fork: crate::fork::Forks,
 }
 
 impl Handler {
@@ -78,14 +86,14 @@ impl Handler {
                 self.park_for_fork();
             }
             self.eviction.settle_done(&mut self.core);
-            self.ahead.poll_fetch(&mut self.core, &mut self.eviction);
+            self.ahead.poll_fetch(&mut self.core, &mut self.eviction, &mut self.fork);
             self.follow_budget();
             self.empty_pool_if_all_fits();
             if let Some(huge) = self.huge.as_mut() {
                 huge.scan(&self.core.table, self.core.base, self.core.budget_pages);
             }
             let ahead = self.eviction.wants_headroom(&self.core);
-            let lazy = self.core.lazy.busy();
+            let lazy = self.fork.busy();
             // Finished fetches and write-backs ring the bell; the short
             // timeout while they are out is only a backstop.
             let waiting = !self.deferred.is_empty()
@@ -100,8 +108,10 @@ impl Handler {
                 Ok(Ready::Stop) => return Ok(()),
                 // A fetch or write-back finished: the loop's top takes it.
                 Ok(Ready::Bell) => self.core.bell.clear(),
-                Ok(Ready::Nothing) if ahead => self.eviction.evict_ahead(&mut self.core),
-                Ok(Ready::Nothing) if lazy => crate::fork_lazy::write_some(&mut self.core),
+                Ok(Ready::Nothing) if ahead => {
+                    self.eviction.evict_ahead(&mut self.core, &mut self.fork)
+                }
+                Ok(Ready::Nothing) if lazy => self.fork.write_some(&mut self.core),
                 Ok(Ready::Nothing) => {}
                 Ok(Ready::Faults) => {
                     let n =
@@ -110,6 +120,7 @@ impl Handler {
                     self.ahead.finish_fetch_before_events(
                         &mut self.core,
                         &mut self.eviction,
+                        &mut self.fork,
                         &msgs[..n],
                     );
                     // Events first. Reading a REMOVE lets the madvising thread
@@ -195,7 +206,7 @@ impl Handler {
     }
 
     /// The missing-page faults of one read of the uffd: each may have its
-    /// page read along with another's (`resolve.rs`). Only when there are
+    /// page read along with another's (`handler/resolve.rs`). Only when there are
     /// two or more, and batching is on.
     fn note_companions(&mut self, msgs: &[Msg]) {
         self.blocks.companions.clear();
@@ -228,85 +239,6 @@ impl Handler {
         let mut deferred = std::mem::take(&mut self.deferred);
         deferred.retain(|&fault| self.fault(fault) == Step::Again);
         self.deferred = deferred;
-    }
-
-    /// A fork is coming: finish every write-back and fetch, so that each
-    /// page is either mapped or wholly in the store; if the pages do not
-    /// all fit the budget, write the dirty ones to the store
-    /// (`fork_clean.rs`); list the pages whose bytes the store holds
-    /// (`InStore` and `Clean`), which the child need not share; and wait
-    /// until the owner has forked. Then, if the budget was lowered, evict
-    /// down to it (the victims are clean now: dropped with no write).
-    ///
-    /// A lazy pause (`Region::pause_lazy`) evicts first and then, instead
-    /// of writing the dirty pages, write-protects them and lists them as
-    /// pending: they are written after the fork (`fork_lazy.rs`).
-    fn park_for_fork(&mut self) {
-        use crate::pause::PauseStep;
-        use crate::state::PageState::{Clean, InStore};
-        let started = std::time::Instant::now();
-        self.pause.at(PauseStep::Fetches);
-        self.ahead.finish_all_fetches(&mut self.core, &mut self.eviction);
-        self.pause.at(PauseStep::WriteBacks);
-        self.eviction.settle_all(&mut self.core);
-        self.pause.at(PauseStep::Cleaning);
-        // The last fork's pending pages are its child's: written first.
-        crate::fork_lazy::write_all(&mut self.core);
-        let lazy = self.pause.is_lazy();
-        let pending = if self.core.table.held() > self.core.budget_pages {
-            self.room_for_fork(lazy)
-        } else {
-            vec![0u64; (self.core.pages as usize).div_ceil(64)]
-        };
-        self.pause.at(PauseStep::Listing);
-        let pages = self.core.pages;
-        let mut in_store = vec![0u64; (pages as usize).div_ceil(64)];
-        for page in 0..pages {
-            if matches!(self.core.table.get(page), InStore | Clean) {
-                in_store[page as usize / 64] |= 1 << (page % 64);
-            }
-        }
-        let table = &self.core.table;
-        self.core.shared.mark_mapped(pages, |page| table.get(page));
-        Counters::add(&self.core.counters.forks, 1);
-        let took_ns = started.elapsed().as_nanos() as u64;
-        Counters::add(&self.core.counters.fork_pause_ns, took_ns);
-        self.pause.park(crate::pause::Parked { in_store, pending: pending.clone() });
-        self.core.lazy.start(pending, self.pause.take_sink());
-    }
-
-    /// The pause of a region whose pages do not all fit: write the dirty
-    /// pages (eager), evict down to the budget the owner lowered for the
-    /// child (`--mem`), and for a lazy pause protect the dirty pages and
-    /// return them as pending (else none). Each part is timed.
-    fn room_for_fork(&mut self, lazy: bool) -> Vec<u64> {
-        debug_assert!(!self.eviction.writer.any_busy(), "write-backs settle before the clean");
-        let c = std::sync::Arc::clone(&self.core.counters);
-        let since_ns = |t: Instant| t.elapsed().as_nanos() as u64;
-        let writing = Instant::now();
-        if !lazy {
-            crate::fork_clean::clean_for_fork(&mut self.core);
-            Counters::add(&c.fork_pause_dirty_ns, since_ns(writing));
-        }
-        self.pause.at(crate::pause::PauseStep::Evicting);
-        let evicting = Instant::now();
-        self.follow_budget();
-        if lazy {
-            // The room from `Clean` pages first: they go with no write, so
-            // the fork waits less. The dirty ones are written after it.
-            self.eviction.clean_only = true;
-            self.eviction.evict_down_to_budget(&mut self.core);
-            self.eviction.clean_only = false;
-        }
-        self.eviction.evict_down_to_budget(&mut self.core);
-        Counters::add(&c.fork_pause_evict_ns, since_ns(evicting));
-        if !lazy {
-            return vec![0u64; (self.core.pages as usize).div_ceil(64)];
-        }
-        let protecting = Instant::now();
-        let pending = crate::fork_lazy::protect_dirty(&self.core);
-        Counters::add(&c.fork_pause_dirty_ns, since_ns(protecting));
-        pending
     }
 
     /// Take a budget set by `Region::set_budget_pages`. Going down, the

@@ -1,16 +1,28 @@
 //! Eviction: a batch of victims is moved out of the region (UFFDIO_MOVE into
 //! a staging half), sorted into clean, all-zero and dirty, and the dirty
 //! ones are written to the store in one call on the write-back thread
-//! (`writeback.rs`) while the handler goes on.
+//! (`evict/writeback.rs`) while the handler goes on.
 
+pub(crate) mod batch;
+mod moveout;
+pub(crate) mod write_failures;
+pub(crate) mod writeback;
+
+use crate::evict::writeback::{Done, Job};
+use crate::kernel::uffd::resolve;
 use crate::shared::Core;
 use crate::state::PageState;
 use crate::stats::Counters;
-use crate::uffd::resolve;
-use crate::writeback::{Done, Job};
 use memlend_store::PAGE_SIZE;
 use std::io;
 use std::time::Instant;
+
+/// Told of each batch's victims after they are chosen and before they move
+/// out, while still mapped where they were: a fork's pages are written or
+/// unshared there (`fork::Forks`). Eviction knows no more of forks.
+pub(crate) trait BeforeMove {
+    fn before_move(&mut self, core: &mut Core, victims: &[u32]);
+}
 
 /// What eviction owns: where victims go, the thread that writes them, and
 /// how many go at once.
@@ -18,14 +30,14 @@ pub(crate) struct Eviction {
     /// Registered with the handler's `staging_uffd` (UFFDIO_MOVE wants that
     /// of its target); `HALVES` halves of one slot per page of the largest
     /// eviction batch. A half is empty unless a batch is in it.
-    pub staging: std::sync::Arc<crate::mem::Mapping>,
+    pub staging: std::sync::Arc<crate::kernel::mem::Mapping>,
     /// The write-back thread, and the pages it holds: page -> staging slot.
     /// At most `HALVES` batches, so bounded by the staging size.
-    pub writer: crate::writeback::Writer,
+    pub writer: crate::evict::writeback::Writer,
     pub writing: std::collections::HashMap<u32, usize>,
     /// Pages per eviction batch, adapted to the store's write latency;
     /// `staging` has room for its maximum.
-    pub batch: crate::batch::BatchSize,
+    pub batch: crate::evict::batch::BatchSize,
     pub victims: Vec<u32>,
     /// Keep this many pages free below the budget when idle (eviction
     /// ahead of need); 0 turns it off.
@@ -34,8 +46,8 @@ pub(crate) struct Eviction {
     /// failed): do not try again until a message comes.
     pub headroom_stalled: bool,
     /// Write-back failures, logged at most once per interval.
-    pub failures: crate::write_failures::FailureLog,
-    /// Take `Clean` victims only (a fork's pause, `fork_clean.rs`).
+    pub failures: crate::evict::write_failures::FailureLog,
+    /// Take `Clean` victims only (a fork's pause, `fork/clean.rs`).
     pub clean_only: bool,
 }
 
@@ -61,32 +73,50 @@ impl Eviction {
 
     /// One batch, ahead of need; the serve loop polls for faults between
     /// batches, so a fault waits for one batch at most.
-    pub(crate) fn evict_ahead(&mut self, core: &mut Core) {
+    pub(crate) fn evict_ahead(&mut self, core: &mut Core, gate: &mut dyn BeforeMove) {
         let before = core.table.resident();
         // On a slow store any write costs a round trip: take a whole batch.
         let pages = if self.batch.slow() { self.batch.pages() } else { AHEAD_BATCH_PAGES };
-        self.evict(core, pages.min(self.batch.pages()));
+        self.evict(core, gate, pages.min(self.batch.pages()));
         Counters::add(&core.counters.eviction_batches_ahead, 1);
         self.headroom_stalled = core.table.resident() >= before;
         core.publish_resident();
     }
 
-    pub(crate) fn make_room(&mut self, core: &mut Core) {
+    pub(crate) fn make_room(&mut self, core: &mut Core, gate: &mut dyn BeforeMove) {
         if core.table.resident() >= core.mapped_budget() {
             Counters::add(&core.counters.evictions_on_fault, 1);
-            self.evict_batch(core);
+            self.evict_batch(core, gate);
         }
     }
 
     /// Move the oldest pages out of the region and hand the dirty ones to the
     /// write-back thread; clean and all-zero ones are settled at once.
-    pub(crate) fn evict_batch(&mut self, core: &mut Core) {
-        self.evict(core, self.batch.pages());
+    pub(crate) fn evict_batch(&mut self, core: &mut Core, gate: &mut dyn BeforeMove) {
+        self.evict(core, gate, self.batch.pages());
+    }
+
+    /// Evict until the mapped pages fit the budget, waiting for every
+    /// write-back. At most one batch per page mapped.
+    pub(crate) fn evict_down_to_budget(&mut self, core: &mut Core, gate: &mut dyn BeforeMove) {
+        let turns_max = core.table.resident();
+        for _ in 0..turns_max {
+            if core.table.resident() <= core.mapped_budget() {
+                break;
+            }
+            let before = core.table.resident();
+            self.evict_batch(core, gate);
+            if core.table.resident() >= before {
+                break; // nothing could go: the victims stayed
+            }
+        }
+        self.settle_all(core);
+        core.publish_resident();
     }
 
     /// Evict up to `batch_pages` (at most a staging half); nothing while
     /// write-backs are failing (`FailureLog::holding_off`).
-    pub(crate) fn evict(&mut self, core: &mut Core, batch_pages: usize) {
+    pub(crate) fn evict(&mut self, core: &mut Core, gate: &mut dyn BeforeMove, batch_pages: usize) {
         if self.failures.holding_off() {
             return;
         }
@@ -99,8 +129,7 @@ impl Eviction {
         } else {
             core.table.take_victims(count, &mut victims)
         };
-        crate::fork_lazy::write_victims(core, &victims);
-        crate::unshare::unshare_victims(core, &victims);
+        gate.before_move(core, &victims);
         Counters::add(&core.counters.prefetch_wasted, unused as u64);
         let staged = self.stage(core, &mut victims, first_slot);
         core.reserve.set_staged(half, staged);
@@ -217,10 +246,11 @@ impl Eviction {
     pub(crate) fn refault_writing(
         &mut self,
         core: &mut Core,
+        gate: &mut dyn BeforeMove,
         page: u32,
         slot: usize,
     ) -> io::Result<()> {
-        self.make_room(core);
+        self.make_room(core, gate);
         if self.writing.get(&page) != Some(&slot) {
             // Settled while making room; the caller serves it by its state.
             return Err(io::Error::from_raw_os_error(libc::EINPROGRESS));

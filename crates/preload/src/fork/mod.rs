@@ -23,6 +23,9 @@
 //!
 //! The design note is "Forked children" in docs/run.md.
 
+pub(crate) mod serve;
+mod watch;
+
 use crate::heap::Heap;
 use memlend_fault::{
     serve_child, ChildRegion, ChildSource, Discarded, ForkWritten, LinkSource, Paused,
@@ -33,7 +36,6 @@ use memlend_store::PAGE_SIZE;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
 
 /// A child keeps at most this share of the parent's budget of the pages it
 /// reads in and does not write. Under `--mem` the parent gives up as much
@@ -49,27 +51,6 @@ const CHILD_BUDGET_PAGES_MIN: usize = 256;
 /// pages of the rest of the process that either one writes, its page
 /// tables, the parent's buffers for keeping old pages.
 const CHILD_ROOM_BYTES: u64 = 8 << 20;
-
-/// Under `--mem`, how long the room made at a fork is held. The child fills
-/// its budget within about this; from then on the `--mem` follower sees the
-/// child's charge, and room held on top of it took the parent's memory
-/// twice (held for the child's whole life: the parent served 0.69-0.81x
-/// swap to disk's operations during a BGSAVE, `fork_bgsave5.json`).
-const ROOM_HOLD: Duration = Duration::from_secs(2);
-
-/// Under `--mem`, room held for children forked lately: (until, bytes).
-/// Forks are one at a time and each entry lives `ROOM_HOLD`, so it stays
-/// short.
-static ROOMS: Mutex<Vec<(Instant, u64)>> = Mutex::new(Vec::new());
-
-/// The room children forked lately hold: the parent's far budget is that
-/// much lower (`mem_limit.rs`), from before the fork itself.
-pub fn children_room_bytes() -> u64 {
-    let now = Instant::now();
-    let mut rooms = ROOMS.lock().unwrap_or_else(|e| e.into_inner());
-    rooms.retain(|&(until, _)| until > now);
-    rooms.iter().map(|&(_, bytes)| bytes).sum()
-}
 
 /// What `before` made, for `in_parent` or `in_child`.
 struct Pending {
@@ -182,7 +163,7 @@ fn before_fork() {
     while FORKING.swap(true, SeqCst) {
         std::thread::sleep(std::time::Duration::from_micros(100));
     }
-    crate::fork_watch::fork_begins();
+    watch::fork_begins();
     // Taken before the pause: no thread holds it while it waits on the
     // handler (the heap's frees discard pages outside it).
     hold_arena(heap);
@@ -190,7 +171,7 @@ fn before_fork() {
         Ok(p) => *pending() = Some(p),
         Err(e) => {
             tracing::error!("fork: far memory cannot follow the child: {e:#}");
-            crate::fork_watch::fork_done();
+            watch::fork_done();
             FORKING.store(false, SeqCst);
         }
     }
@@ -264,10 +245,7 @@ fn make_room_for_child(heap: &Heap) {
     }
     let budget_pages = heap.region.handler_stats().budget_pages as usize;
     let room = (child_budget_pages(budget_pages) * PAGE_SIZE) as u64 + CHILD_ROOM_BYTES;
-    let mut rooms = ROOMS.lock().unwrap_or_else(|e| e.into_inner());
-    rooms.retain(|&(until, _)| until > Instant::now());
-    rooms.push((Instant::now() + ROOM_HOLD, room));
-    drop(rooms);
+    crate::mem_limit::hold_for_child(room);
     let room_pages = (room / PAGE_SIZE as u64) as usize;
     heap.region.set_budget_pages(budget_pages.saturating_sub(room_pages));
 }
@@ -305,7 +283,7 @@ fn after_fork_in_parent() {
     drop(child_end);
     let number = paused.number();
     drop(paused);
-    crate::fork_watch::fork_done();
+    watch::fork_done();
     FORKING.store(false, SeqCst);
     let child_gone = notices.map(|n| {
         drop(n.child_end);
@@ -322,7 +300,7 @@ fn after_fork_in_parent() {
     });
     let (Some(heap), Some(id)) = (crate::far::ready_heap(), snapshot) else { return };
     CHILDREN.fetch_add(1, Relaxed);
-    crate::fork_serve::spawn(heap, id, number, parent_end, child_gone);
+    serve::spawn(heap, id, number, parent_end, child_gone);
 }
 
 fn after_fork_in_child() {

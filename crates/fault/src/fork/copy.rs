@@ -23,7 +23,7 @@
 //! first look: the handler then maps it from the store, and the second
 //! look decides as above. The caller holds no lock the handler takes.
 
-use crate::pause::Pause;
+use crate::fork::pause::Pause;
 use memlend_store::PAGE_SIZE;
 use std::fs::File;
 use std::io;

@@ -1,8 +1,8 @@
-//! The kernel's answers that `evict.rs` relies on, checked against the
+//! The kernel's answers that `evict/mod.rs` relies on, checked against the
 //! running kernel rather than assumed.
 
 use super::*;
-use crate::mem::Mapping;
+use crate::kernel::mem::Mapping;
 use memlend_store::PAGE_SIZE;
 
 /// Pages 0, 1 and 3 of a 4-page source hold their index + 1; page 2 is a hole.

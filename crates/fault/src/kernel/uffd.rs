@@ -156,7 +156,7 @@ pub struct Uffd {
 /// The region's descriptor: MOVE for eviction, POISON for pages whose store
 /// read failed, WP faults for dirty tracking, and the non-cooperative events
 /// that tell us about free()/munmap/madvise/mremap of region memory; the
-/// faulting thread's id, for core placement (`cpu.rs`).
+/// faulting thread's id, for core placement (`kernel/cpu.rs`).
 const REGION_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
     | FEATURE_POISON
     | FEATURE_MOVE
@@ -168,7 +168,7 @@ const REGION_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
 /// events, since the handler itself drops staged pages with MADV_DONTNEED,
 /// and it would wait for ever on an event only it can read.
 const STAGING_FEATURES: u64 = FEATURE_MOVE;
-/// A forked child's descriptor (`child.rs`): WP faults, to know the pages
+/// A forked child's descriptor (`fork/child/serve.rs`): WP faults, to know the pages
 /// it wrote, POISON for pages its parent cannot give, and the faulting
 /// thread's id, to serve it from its core. No events: the
 /// child's own madvise and munmap must not wait on its handler, which

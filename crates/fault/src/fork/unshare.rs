@@ -20,14 +20,14 @@
 //! pages a call; the bytes it copies all land on one scratch page. Measured
 //! here (a throwaway C program): 0.9 us a page with the child gone, 2.2 us
 //! with it still mapping them; then one UFFDIO_MOVE took 255 pages in 24 us.
-//! A page the pin did not reach is left to the old way (`moveout.rs`).
+//! A page the pin did not reach is left to the old way (`evict/moveout.rs`).
 //!
 //! Which pages: every page mapped at a pause (`mark_mapped`); a bit is
 //! cleared when its page is unshared here. A bit left on a page that is
 //! already exclusive costs one pin and no fault.
 
-use crate::mem::mapped_pages;
-use crate::page_bits::PageBits;
+use crate::fork::page_bits::PageBits;
+use crate::kernel::mem::mapped_pages;
 use crate::shared::Core;
 use crate::state::PageState;
 use crate::stats::Counters;
@@ -57,35 +57,38 @@ impl ForkShared {
             self.pages.insert(page);
         }
     }
-}
 
-/// Before eviction moves `victims` out: unshare those a fork shared. A
-/// page not mapped is skipped (pinning it would raise a userfault on this,
-/// the thread that serves them); so is any page if the call fails.
-pub(crate) fn unshare_victims(core: &mut Core, victims: &[u32]) {
-    if core.shared.pages.count() == 0 {
-        return;
+    /// Before eviction moves `victims` out: unshare those a fork shared. A
+    /// page not mapped is skipped (pinning it would raise a userfault on
+    /// this, the thread that serves them); so is any page if the call fails.
+    pub(crate) fn unshare_victims(&mut self, core: &Core, victims: &[u32]) {
+        if self.pages.count() == 0 {
+            return;
+        }
+        let pages: Vec<u32> = victims.iter().copied().filter(|&p| self.pages.take(p)).collect();
+        if !pages.is_empty() {
+            self.unshare(core, pages);
+        }
     }
-    let mut pages: Vec<u32> =
-        victims.iter().copied().filter(|&p| core.shared.pages.take(p)).collect();
-    if pages.is_empty() {
-        return;
-    }
-    pages.sort_unstable();
-    let mapped = mapped_of(core, &pages);
-    // Bounded: each turn pins up to a batch of the list.
-    for chunk in mapped.chunks(PIN_BATCH_PAGES) {
-        match pin_read(core, chunk) {
-            Ok(n) => Counters::add(&core.counters.pages_unshared_ahead, n as u64),
-            Err(e) => {
-                tracing::warn!(
-                    "fault handler: unsharing pages a fork shared: {e}; moving them the slow way"
-                );
-                if e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::ENOSYS) {
-                    core.shared.refused = true;
-                    core.shared.pages.clear();
+
+    fn unshare(&mut self, core: &Core, mut pages: Vec<u32>) {
+        pages.sort_unstable();
+        let mapped = mapped_of(core, &pages);
+        // Bounded: each turn pins up to a batch of the list.
+        for chunk in mapped.chunks(PIN_BATCH_PAGES) {
+            match pin_read(core, &mut self.scratch, chunk) {
+                Ok(n) => Counters::add(&core.counters.pages_unshared_ahead, n as u64),
+                Err(e) => {
+                    tracing::warn!(
+                        "fault handler: unsharing pages a fork shared: {e}; moving them the slow way"
+                    );
+                    let errno = e.raw_os_error();
+                    if errno == Some(libc::EPERM) || errno == Some(libc::ENOSYS) {
+                        self.refused = true;
+                        self.pages.clear();
+                    }
+                    return;
                 }
-                return;
             }
         }
     }
@@ -109,9 +112,8 @@ fn mapped_of(core: &Core, pages: &[u32]) -> Vec<u32> {
 
 /// Pin `pages` for reading, through `process_vm_readv` of this process:
 /// how many it reached.
-fn pin_read(core: &mut Core, pages: &[u32]) -> std::io::Result<usize> {
+fn pin_read(core: &Core, scratch: &mut Vec<u8>, pages: &[u32]) -> std::io::Result<usize> {
     debug_assert!(pages.len() <= PIN_BATCH_PAGES);
-    let scratch = &mut core.shared.scratch;
     scratch.resize(PAGE_SIZE, 0);
     let local: Vec<libc::iovec> = pages
         .iter()

@@ -3,7 +3,7 @@
 //! them to the store while the handler goes on serving faults. The handler
 //! uses the other half meanwhile; it waits only if both are being written.
 //! A fault on a page still being written is served from its staging copy
-//! (`evict.rs`), and that page's result is then ignored.
+//! (`evict/mod.rs`), and that page's result is then ignored.
 //!
 //! Order: one thread writes the jobs in the order they were sent, each to
 //! completion, so a page evicted twice reaches the store in the same order.
@@ -11,19 +11,17 @@
 //! With the compressed pool on, this thread also compresses the job's pages
 //! whose store copy is current once it is done (clean ones, and dirty ones
 //! written), off the fault path; the handler puts them in the pool when it
-//! settles the job (`evict.rs`).
+//! settles the job (`evict/mod.rs`).
 
-use crate::doorbell::Doorbell;
-use crate::mem::Mapping;
+use crate::kernel::doorbell::Doorbell;
+use crate::kernel::mem::Mapping;
+use crate::reserve::HALVES;
 use crate::zpool::{Packed, Packer};
 use memlend_store::{PageStore, StoreResult, WriteOp};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Staging halves: one being written while the handler fills the other.
-pub(crate) const HALVES: usize = 2;
 
 /// One half's dirty pages, to write, and clean ones, only to compress; as
 /// (staging slot, page), slots absolute.

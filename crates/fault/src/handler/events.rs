@@ -26,8 +26,8 @@ impl Handler {
             return;
         };
         // Whatever these pages hold next is not their bytes at a lazy
-        // fork: its child keeps its copies (`fork_lazy.rs`).
-        self.core.lazy.forget(first, count);
+        // fork: its child keeps its copies (`fork/lazy.rs`).
+        self.fork.forget(first, count);
         // MADV_DONTNEED (all `Region::discard` uses) and munmap drop the
         // pages for sure. Any other madvise may be MADV_FREE, which leaves a
         // page mapped, with its data, until the kernel reclaims it, and then
@@ -80,7 +80,7 @@ impl Handler {
         );
         Counters::add(&self.core.counters.remap_events, 1);
         if let Some((first, count)) = self.pages_within(from, from + len) {
-            self.core.lazy.forget(first, count);
+            self.fork.forget(first, count);
         }
     }
 

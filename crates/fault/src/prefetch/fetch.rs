@@ -12,8 +12,8 @@
 //! could: a fault on one of its pages, the next prefetch, and any event
 //! (remove, unmap, remap). Eviction never touches a page that is not mapped.
 
-use crate::doorbell::Doorbell;
-use crate::mem::PageBuf;
+use crate::kernel::doorbell::Doorbell;
+use crate::kernel::mem::PageBuf;
 use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};

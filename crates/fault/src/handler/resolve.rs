@@ -1,13 +1,13 @@
 //! Resolving one fault by the page's state: zero-fill, a store read (with
-//! the block around the page when `read_block.rs` says so), a WP fault on a
+//! the block around the page when `prefetch/read_block.rs` says so), a WP fault on a
 //! clean page, or a message for a page mapped meanwhile.
 
 use crate::handler::Handler;
-use crate::read_block::{COMPANIONS_MAX, READ_BLOCK_PAGES_MAX};
+use crate::kernel::uffd::{resolve, retry_eagain, Fault};
+use crate::prefetch::read_block::{COMPANIONS_MAX, READ_BLOCK_PAGES_MAX};
 use crate::shared::Step;
 use crate::state::PageState;
 use crate::stats::Counters;
-use crate::uffd::{resolve, retry_eagain, Fault};
 use memlend_store::{PageStore, ReadOp, StoreResult, PAGE_SIZE};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -54,7 +54,7 @@ const LATENCY_SAMPLE_EVERY: u64 = 8;
 /// returns: redis's store faults read p99 139 us that way, 110 us of it in
 /// the COPY. The split costs a system call, so only a sample is timed.
 fn map_page(
-    uffd: &crate::uffd::Uffd,
+    uffd: &crate::kernel::uffd::Uffd,
     page_addr: usize,
     bytes: &[u8],
     write_protect: bool,
@@ -121,10 +121,10 @@ impl Handler {
             // in flight to the store looked mapped, got the zero page, and
             // lost its bytes (1 stress run in 40).
             Counters::add(&self.core.counters.waited_on_fetch, 1);
-            self.ahead.finish_fetch(&mut self.core, &mut self.eviction);
+            self.ahead.finish_fetch(&mut self.core, &mut self.eviction, &mut self.fork);
         }
         if let Some(&slot) = self.eviction.writing.get(&page) {
-            match self.eviction.refault_writing(&mut self.core, page, slot) {
+            match self.eviction.refault_writing(&mut self.core, &mut self.fork, page, slot) {
                 // Settled meanwhile: served below by its state.
                 Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
                 result => return self.finish(page, result),
@@ -141,7 +141,7 @@ impl Handler {
             PageState::InStore => self.fill_from_store(page, fault.write),
         };
         if missing && result.is_ok() {
-            self.ahead.after_fault(&mut self.core, &mut self.eviction, page);
+            self.ahead.after_fault(&mut self.core, &mut self.eviction, &mut self.fork, page);
         }
         self.finish(page, result)
     }
@@ -164,11 +164,9 @@ impl Handler {
     /// page came first. If the page was evicted since, the writer only needs
     /// waking: its retry faults as missing.
     fn write_to_clean(&mut self, page: u32) -> Step {
-        if self.core.lazy.has(page) {
-            // Dirty since before a lazy fork: its child still needs these
-            // bytes in the store before the write changes them.
-            crate::fork_lazy::write_before_change(&mut self.core, page);
-        }
+        // Dirty since before a lazy fork: its child still needs these bytes
+        // in the store before the write changes them.
+        self.fork.before_write(&mut self.core, page);
         let page_addr = self.core.page_addr(page);
         let state = self.core.table.get(page);
         if state == PageState::Clean {
@@ -223,7 +221,7 @@ impl Handler {
     /// counts against the budget either way. Eviction's all-zero check
     /// sends it back to `Empty` if it was never written.
     fn zero_fill(&mut self, page: u32) -> io::Result<()> {
-        self.eviction.make_room(&mut self.core);
+        self.eviction.make_room(&mut self.core, &mut self.fork);
         self.record_mapped(page, Fill::Zero, PageState::Dirty);
         let page_addr = self.core.page_addr(page);
         let result = resolve(&self.core.uffd, page_addr, || {
@@ -263,7 +261,7 @@ impl Handler {
         let read_took_ns = elapsed_ns(reading);
         Counters::add(read_ns, read_took_ns);
         let rooming = Instant::now();
-        self.eviction.make_room(&mut self.core);
+        self.eviction.make_room(&mut self.core, &mut self.fork);
         let room_took_ns = elapsed_ns(rooming);
         let writable = write || self.writable_fill();
         let now = if writable { PageState::Dirty } else { PageState::Clean };
@@ -453,7 +451,7 @@ impl Handler {
             {
                 continue;
             }
-            self.eviction.make_room(&mut self.core);
+            self.eviction.make_room(&mut self.core, &mut self.fork);
             let writable = write || self.writable_fill();
             let now = if writable { PageState::Dirty } else { PageState::Clean };
             self.record_mapped(p, Fill::Store, now);
@@ -499,7 +497,8 @@ impl Handler {
         }
         let pages = std::mem::take(&mut self.blocks.beside);
         let block = self.blocks.buf.take().expect("a block buffer when pages were read beside");
-        let fit = self.ahead.room_for(&mut self.core, &mut self.eviction, pages.len());
+        let fit =
+            self.ahead.room_for(&mut self.core, &mut self.eviction, &mut self.fork, pages.len());
         Counters::add(&self.core.counters.block_reads, 1);
         Counters::add(&self.core.counters.pages_read_beside, pages.len() as u64);
         self.ahead.map_prefetched(&mut self.core, &pages[..fit], block.bytes(fit * PAGE_SIZE));

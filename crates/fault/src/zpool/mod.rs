@@ -28,7 +28,7 @@
 //! `KEEP_BYTES_MAX`) never enter, so incompressible data leaves the pool
 //! empty and the whole budget resident.
 
-use crate::mem::PageBuf;
+use crate::kernel::mem::PageBuf;
 use memlend_store::codec::{packed_bytes_max, Codec, Engine};
 use memlend_store::PAGE_SIZE;
 use std::collections::{HashMap, VecDeque};
@@ -630,5 +630,4 @@ impl ZPool {
 }
 
 #[cfg(test)]
-#[path = "zpool_tests.rs"]
 mod tests;

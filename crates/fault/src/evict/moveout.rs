@@ -10,9 +10,9 @@
 //! where the run's pages really are, and go by that.
 
 use crate::evict::Eviction;
-use crate::mem::mapped_pages;
+use crate::kernel::mem::mapped_pages;
+use crate::kernel::uffd::retry_eagain;
 use crate::shared::Core;
-use crate::uffd::retry_eagain;
 use memlend_store::PAGE_SIZE;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -163,9 +163,9 @@ pub(crate) fn really_moved(dst: usize, src: usize, run: usize, reported: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mem::Mapping;
-    use crate::uffd::tests::source_with_hole;
-    use crate::uffd::Uffd;
+    use crate::kernel::mem::Mapping;
+    use crate::kernel::uffd::tests::source_with_hole;
+    use crate::kernel::uffd::Uffd;
 
     #[test]
     fn a_move_that_miscounts_is_corrected_by_where_the_pages_are() {

@@ -10,7 +10,7 @@
 //! pause ends. Faults that come meanwhile wait, as they would for any slow
 //! store read.
 
-use crate::fork_lazy::ForkWritten;
+use crate::fork::lazy::ForkWritten;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -60,7 +60,7 @@ enum Phase {
 pub(crate) struct Parked {
     /// The pages whose bytes the store holds (`InStore`, `Clean`).
     pub in_store: Vec<u64>,
-    /// Dirty pages write-protected for a lazy clean (`fork_lazy.rs`): the
+    /// Dirty pages write-protected for a lazy clean (`fork/lazy.rs`): the
     /// child shares them until told they are written.
     pub pending: Vec<u64>,
 }
@@ -75,7 +75,7 @@ pub(crate) struct Pause {
     /// Told which pending pages are written, from the end of the pause.
     sink: Mutex<Option<Box<dyn ForkWritten>>>,
     /// Pauses asked for so far, counted before the handler is told, so
-    /// before any page is protected for that pause (`fork_copy.rs`).
+    /// before any page is protected for that pause (`fork/copy.rs`).
     asked: AtomicU64,
 }
 

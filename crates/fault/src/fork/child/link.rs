@@ -6,15 +6,13 @@
 //! each 4 KiB, in order; 1: the parent could not read them, nothing
 //! follows). A request that breaks these rules ends the link.
 
-use crate::child::ChildSource;
+use super::source::{ChildSource, LINK_PAGES_MAX};
 use memlend_store::PAGE_SIZE;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-/// Pages one request may ask for.
-pub const LINK_PAGES_MAX: usize = 16;
 /// How long each end polls, yielding, before it sleeps: the child for an
 /// answer (the parent's store read is in it), the parent for the next
 /// request. A `BGSAVE` child faults every few microseconds, and waking a

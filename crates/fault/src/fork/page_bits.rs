@@ -1,6 +1,6 @@
 //! A set of page numbers, one bit a page, that counts its members: the
-//! lazy clean's pending pages (`fork_lazy.rs`), the pages a fork shared
-//! (`unshare.rs`).
+//! lazy clean's pending pages (`fork/lazy.rs`), the pages a fork shared
+//! (`fork/unshare.rs`).
 
 #[derive(Default)]
 pub(crate) struct PageBits {

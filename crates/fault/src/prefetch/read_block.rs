@@ -3,7 +3,7 @@
 //! rest write-protected. Kernel swap does the same (`vm.page-cluster`).
 //!
 //! Programs that read an object a few cache lines at a time miss on several
-//! pages of it in a row without any trend `trend.rs` could see: SQLite's
+//! pages of it in a row without any trend `prefetch/trend.rs` could see: SQLite's
 //! 64 KiB b-tree pages (header, cell pointers, a binary search over cells).
 //! A trace of its point queries, replayed through LRU at a quarter of its
 //! pages, missed 97 K times with single pages, 23 K with aligned blocks of
@@ -24,7 +24,7 @@
 //! probes that ended, the block size becomes the largest whose share of
 //! neighbours used reaches `ACCURACY_MIN_PCT`, or none. While none is read,
 //! every block is a control block. The reading and mapping are in
-//! `resolve.rs`.
+//! `handler/resolve.rs`.
 //!
 //! Off by default (`Tuning::read_block_pages_max` 0), because on these
 //! 2-core machines, donor on the same host, they do not pay: SQLite at half
@@ -68,10 +68,10 @@ pub(crate) const COMPANIONS_MAX: usize = 15;
 /// with their buffer (`None` if that is off) and those riding now.
 pub(crate) struct Blocks {
     pub neighbours: Neighbours,
-    pub buf: Option<crate::mem::PageBuf>,
+    pub buf: Option<crate::kernel::mem::PageBuf>,
     pub beside: Vec<u32>,
     pub companions: Vec<(u32, bool)>,
-    pub companion_buf: Option<crate::mem::PageBuf>,
+    pub companion_buf: Option<crate::kernel::mem::PageBuf>,
     pub riding: Vec<(u32, bool)>,
 }
 
@@ -82,10 +82,10 @@ impl Blocks {
         let pages_max = pages_max.min(READ_BLOCK_PAGES_MAX);
         let buf = match pages_max {
             0 | 1 => None,
-            pages => Some(crate::mem::PageBuf::new(pages)?),
+            pages => Some(crate::kernel::mem::PageBuf::new(pages)?),
         };
         let companion_buf =
-            batch_faults.then(|| crate::mem::PageBuf::new(COMPANIONS_MAX)).transpose()?;
+            batch_faults.then(|| crate::kernel::mem::PageBuf::new(COMPANIONS_MAX)).transpose()?;
         Ok(Blocks {
             neighbours: Neighbours::new(pages_max),
             buf,
