@@ -7,7 +7,6 @@ mod far;
 mod lab;
 mod replay;
 mod run;
-mod run_report;
 mod sim;
 mod status;
 mod top;

@@ -7,6 +7,8 @@
 mod common;
 #[path = "run/compress.rs"]
 mod compress;
+#[path = "run/kinds.rs"]
+mod kinds;
 #[path = "run/mem_cgroup.rs"]
 mod mem_cgroup;
 #[path = "run/pack.rs"]

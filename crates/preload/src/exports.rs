@@ -5,7 +5,7 @@
 
 use crate::libc_alloc as glibc;
 use crate::ops::enomem_if_null;
-use crate::{far, next, ops, sys, thread_kind};
+use crate::{far, next, ops, seen, sys, thread_kind};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
@@ -212,7 +212,16 @@ pub unsafe extern "C" fn mmap(
 ) -> *mut c_void {
     if far_mmap_eligible(prot, flags, fd) {
         if let Some(p) = ops::mmap(addr as usize, len) {
+            seen::saw(seen::Kind::Private, len);
             return p;
+        }
+    }
+    if len >= far::THRESHOLD.load(std::sync::atomic::Ordering::Relaxed)
+        && !thread_kind::ours()
+        && !far::starting()
+    {
+        if let Some(kind) = seen::kind_of_passed(prot, flags, fd) {
+            seen::saw(kind, len);
         }
     }
     // SAFETY: passed through as asked.

@@ -194,6 +194,11 @@ pub fn became_child() {
     }
 }
 
+/// The heap is being made now (its own mappings are no program's).
+pub fn starting() -> bool {
+    STATE.load(Relaxed) == STARTING
+}
+
 /// In a forked child of the process that made the heap.
 pub fn in_child() -> bool {
     STATE.load(Relaxed) == CHILD

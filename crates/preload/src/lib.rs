@@ -36,6 +36,7 @@ mod mem_limit;
 mod next;
 mod ops;
 mod report;
+mod seen;
 mod sys;
 mod thread_kind;
 
@@ -67,6 +68,7 @@ static CONFIGURE: extern "C" fn() = {
 #[cfg(not(test))]
 fn ready(heap: &'static heap::Heap, cfg: &config::Config, start_rest_bytes: u64) {
     report::at_exit();
+    seen::heap_started();
     live::start(report::stats_json);
     if let Some(mem) = cfg.mem_bytes.filter(|_| cfg.trace_dir.is_none()) {
         mem_limit::follow(heap, mem, start_rest_bytes);

@@ -25,7 +25,10 @@ pub fn alloc(size: usize, align: usize) -> Option<*mut c_void> {
     };
     let align_pages = (align / PAGE_SIZE).max(1) as u64;
     match heap.arena().alloc(pages_for(size), align_pages, size as u64, false) {
-        Some(page) => Some(heap.addr(page) as *mut c_void),
+        Some(page) => {
+            crate::seen::saw(crate::seen::Kind::Malloc, size);
+            Some(heap.addr(page) as *mut c_void)
+        }
         None => {
             full_once(size);
             None

@@ -179,6 +179,7 @@ pub fn stats_json() -> Option<String> {
     // The layers' lines are plain ASCII (names and numbers), which Debug
     // quotes as JSON does.
     let lines: Vec<String> = heap.reports.iter().map(|r| format!("{:?}", r())).collect();
+    j.push_str(&crate::seen::json_members());
     let _ = write!(j, "\"layer_reports\":[{}]}}", lines.join(","));
     Some(j)
 }

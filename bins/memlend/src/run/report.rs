@@ -10,14 +10,70 @@ use std::process::ExitStatus;
 /// Most process reports read: a fork bomb must not make us read forever.
 const REPORTS_MAX: usize = 4096;
 
-pub fn collect(dir: &Path) -> Vec<Value> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    entries
-        .flatten()
-        .take(REPORTS_MAX)
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|t| serde_json::from_str(&t).ok())
-        .collect()
+/// What the processes of a run left: exit reports (`<pid>.json`), and the
+/// seen files (`<pid>.seen.json`) the shim writes as it goes, which a
+/// process killed before its exit leaves too.
+pub struct Reports {
+    pub exits: Vec<Value>,
+    /// Seen files of processes with no exit report (killed, or no heap).
+    pub seen_only: Vec<Value>,
+}
+
+pub fn collect(dir: &Path) -> Reports {
+    let (mut exits, mut seen) = (Vec::new(), Vec::new());
+    let Ok(entries) = std::fs::read_dir(dir) else { return Reports { exits, seen_only: seen } };
+    for entry in entries.flatten().take(REPORTS_MAX) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue; // a seen file being written
+        }
+        let Some(v) = std::fs::read_to_string(entry.path())
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        else {
+            continue;
+        };
+        if name.ends_with(".seen.json") {
+            seen.push(v)
+        } else {
+            exits.push(v)
+        }
+    }
+    let has_exit = |pid: &Value| exits.iter().any(|r| &r["pid"] == pid);
+    seen.retain(|s| !has_exit(&s["pid"]));
+    Reports { exits, seen_only: seen }
+}
+
+/// The kinds of memory the shim passed to the kernel, as the reports name
+/// them (`crates/preload/src/seen.rs`), and what each is.
+const PASSED: [(&str, &str); 4] = [
+    ("shared", "shared memory (MAP_SHARED anonymous, POSIX shm, memfd; PostgreSQL's shared buffers): not adopted yet"),
+    ("reserved", "reservations made PROT_NONE and committed later (a JVM heap, Go and V8 arenas): not adopted yet"),
+    ("placed", "mappings placed with MAP_FIXED (commits into such reservations): not adopted yet"),
+    ("no_room", "private mappings the far heap had no room for (full, or a forked child's): kept local"),
+];
+
+/// What the shim saw but did not make far, and processes that left no exit
+/// report: said whether or not far memory was used.
+fn print_unadopted(all: &[&Value], seen_only: &[Value]) {
+    let killed = seen_only.iter().filter(|s| s["far_heap"].as_bool() == Some(true)).count();
+    if killed > 0 {
+        eprintln!(
+            "memlend run: {killed} process(es) used far memory but left no exit report (killed \
+             before exit: by a signal or the OOM killer); their counters are not in this summary"
+        );
+    }
+    let total = |key: String| all.iter().filter_map(|r| r[&key].as_u64()).sum::<u64>();
+    for (kind, what) in PASSED {
+        let bytes = total(format!("seen_{kind}_bytes"));
+        if bytes > 0 {
+            eprintln!(
+                "memlend run: passed to the kernel: {} in {} large mappings of {what}",
+                human(bytes),
+                total(format!("seen_{kind}_maps"))
+            );
+        }
+    }
 }
 
 fn sum(reports: &[Value], key: &str) -> u64 {
@@ -30,15 +86,35 @@ pub fn print(
     elapsed_s: f64,
     local: u64,
     where_: &str,
-    reports: &[Value],
+    all: &Reports,
 ) {
     let how = match status.code() {
         Some(code) => format!("exited {code}"),
         None => format!("was killed ({status})"),
     };
     eprintln!("memlend run: {} {how} after {elapsed_s:.1} s", cmd.join(" "));
+    let every: Vec<&Value> = all.exits.iter().chain(&all.seen_only).collect();
+    let reports = &all.exits[..];
     if reports.is_empty() {
-        eprintln!("memlend run: no process made a large allocation; far memory was not used");
+        print_unadopted(&every, &all.seen_only);
+        let seen_any = every.iter().any(|r| {
+            r.as_object().is_some_and(|o| {
+                o.iter().any(|(k, v)| k.starts_with("seen_") && v.as_u64().unwrap_or(0) > 0)
+            })
+        });
+        let heap_made = all.seen_only.iter().any(|s| s["far_heap"].as_bool() == Some(true));
+        if heap_made {
+            // Said above: far memory was used by a process that left no report.
+        } else if seen_any {
+            eprintln!(
+                "memlend run: far memory was not used: every large mapping was of a kind above"
+            );
+        } else {
+            eprintln!(
+                "memlend run: no process made a large allocation through the shim (the malloc \
+                 family or an anonymous mmap of MEMLEND_THRESHOLD or more); far memory was not used"
+            );
+        }
         return;
     }
     let peak = reports.iter().filter_map(|r| r["peak_far_bytes"].as_u64()).max().unwrap_or(0);
@@ -47,6 +123,14 @@ pub fn print(
         reports.len(),
         human(peak),
         human(local)
+    );
+    eprintln!(
+        "memlend run: made far: {} in {} large allocations (malloc family), {} in {} anonymous \
+         private mappings",
+        human(sum(reports, "seen_malloc_bytes")),
+        sum(reports, "seen_malloc_maps"),
+        human(sum(reports, "seen_private_bytes")),
+        sum(reports, "seen_private_maps"),
     );
     eprintln!(
         "memlend run: faults: {} zero-filled, {} from the store; pages: {} prefetched, {} written back, {} clean dropped{}",
@@ -136,6 +220,7 @@ pub fn print(
     print_pool(reports);
     print_latency(reports);
     print_forks(reports);
+    print_unadopted(&every, &all.seen_only);
     if sum(reports, "copy_legs") > 0 {
         eprintln!(
             "memlend run: copies: {} lost and {} rebuilt; {} bad copies repaired from the other; {} pages lost",

@@ -3,6 +3,9 @@
 //! starts CMD with the preload shim, forwards signals, and when CMD ends
 //! sums up what far memory did. Exits with CMD's status.
 
+mod loadable;
+mod report;
+
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memlend_borrow::env as shim;
@@ -129,6 +132,11 @@ pub struct RunArgs {
     /// Print no summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Start CMD even if it is statically linked: the shim cannot load
+    /// into it, so it runs with no far memory (by default memlend run
+    /// refuses, and says what works instead).
+    #[arg(long)]
+    pub allow_static: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<String>,
@@ -138,6 +146,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let given =
         a.preload.clone().or_else(|| std::env::var_os("MEMLEND_PRELOAD").map(PathBuf::from));
     let shim_path = find_shim(given.as_deref())?;
+    check_loadable(&a.cmd[0], a.allow_static)?;
     if let Err(why) = memlend_fault::check_access() {
         bail!("{why}");
     }
@@ -180,13 +189,32 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let started = Instant::now();
     let status = spawn_and_wait(&mut cmd, &a.cmd[0]);
     let elapsed_s = started.elapsed().as_secs_f64();
-    let reports = crate::run_report::collect(&stats_dir);
+    let reports = report::collect(&stats_dir);
     let _ = std::fs::remove_dir_all(&stats_dir);
     let status = status?;
     if !a.quiet {
-        crate::run_report::print(&a.cmd, &status, elapsed_s, local, &where_, &reports);
+        report::print(&a.cmd, &status, elapsed_s, local, &where_, &reports);
     }
     std::process::exit(exit_code(&status));
+}
+
+/// Refuse a program the shim cannot load into, before it starts (exit 2).
+fn check_loadable(cmd: &str, allow_static: bool) -> Result<()> {
+    let Some(file) = loadable::resolve(cmd) else { return Ok(()) }; // the spawn says why
+    match loadable::of_file(&file) {
+        Ok(loadable::Loadable::Static) if allow_static => {
+            eprintln!(
+                "memlend run: {} is statically linked; running it without far memory (--allow-static)",
+                file.display()
+            );
+            Ok(())
+        }
+        Ok(loadable::Loadable::Static) => {
+            eprintln!("memlend run: {}", loadable::static_refusal(&file));
+            std::process::exit(2);
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Far region size when --far is not given: 8x the local budget, at least

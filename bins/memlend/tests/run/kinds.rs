@@ -1,0 +1,65 @@
+//! The run summary names memory by kind: what was made far, what went to
+//! the kernel as asked (shared memory, PROT_NONE reservations), processes
+//! killed before their exit report; and a program the shim cannot load
+//! into (statically linked) is refused before it starts.
+
+use super::common::*;
+use std::process::Command;
+
+#[test]
+fn the_summary_names_shared_and_reserved_memory_it_did_not_adopt() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("kinds", dir.path());
+    let cmd = [prog.to_str().unwrap()];
+    let ssd = dir.path().to_str().unwrap();
+    let far = memlend_run(&["--local", "16M", "--ssd", ssd], &cmd);
+    let err = text(&far.stderr);
+    assert!(far.status.success(), "{err}");
+    assert_eq!(text(&far.stdout), text(&plain_run(&cmd).stdout), "same output as a plain run");
+    assert!(err.contains("made far: 32.0 MiB in 1 large allocations (malloc family)"), "{err}");
+    assert!(err.contains("64.0 MiB in 1 large mappings of shared memory"), "{err}");
+    assert!(err.contains("256.0 MiB in 1 large mappings of reservations made PROT_NONE"), "{err}");
+    assert!(!err.contains("no process made a large allocation"), "{err}");
+}
+
+#[test]
+fn a_process_killed_before_its_exit_report_is_still_accounted_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile("kinds", dir.path());
+    let cmd = [prog.to_str().unwrap(), "kill"];
+    let ssd = dir.path().to_str().unwrap();
+    let far = memlend_run(&["--local", "16M", "--ssd", ssd], &cmd);
+    let err = text(&far.stderr);
+    assert!(text(&far.stdout).starts_with("sum "), "it ran to the kill: {err}");
+    assert!(err.contains("was killed"), "{err}");
+    assert!(err.contains("1 process(es) used far memory but left no exit report"), "{err}");
+    // Written as they were mapped, not at exit: the kill cannot lose them.
+    assert!(err.contains("64.0 MiB in 1 large mappings of shared memory"), "{err}");
+    assert!(!err.contains("no process made a large allocation"), "{err}");
+}
+
+#[test]
+fn a_static_program_is_refused_before_it_starts_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("touch.c");
+    // It leaves a file behind if it ever runs.
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(int c, char **v) { return !fopen(v[1], \"w\"); }\n",
+    )
+    .unwrap();
+    let prog = dir.path().join("touch");
+    let built = Command::new("cc").args(["-static", "-o"]).arg(&prog).arg(&src).status().unwrap();
+    assert!(built.success(), "cc -static failed: libc6-dev (scripts/setup.sh) has libc.a");
+    let mark = dir.path().join("ran");
+    let cmd = [prog.to_str().unwrap(), mark.to_str().unwrap()];
+    let ssd = dir.path().to_str().unwrap();
+    let refused = memlend_run(&["--local", "16M", "--ssd", ssd], &cmd);
+    let err = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(err.contains("is statically linked") && err.contains("nbd-client"), "{err}");
+    assert!(!mark.exists(), "a refused program must not have started");
+    let allowed = memlend_run(&["--local", "16M", "--ssd", ssd, "--allow-static"], &cmd);
+    assert!(allowed.status.success(), "{}", text(&allowed.stderr));
+    assert!(mark.exists(), "--allow-static runs it");
+}
