@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Batch jobs over a skewed working set, each peer in the SAME memory cgroup with the SAME total
-memory: the numpy analytics job (bench/jobs/numpy_table.py) and SQLite with a skewed query mix
-(bench/jobs/sqlite_kv.py), the two application kinds bench/apps.py's servers do not cover.
+memory: the numpy analytics job (bench/jobs/numpy_table.py), SQLite with a skewed query mix
+(bench/jobs/sqlite_kv.py), and a key-value job on a JVM (bench/jobs/jvm) and in Go linked with cgo
+(bench/jobs/gokv), the application kinds bench/apps.py's servers do not cover.
 
     sudo /usr/bin/python3 bench/jobs.py                 # 512 MiB, fractions 25,50,75
-         [--jobs numpy,sqlite] [--size 512M] [--fractions 25,50,75] [--seconds 20]
+         [--jobs numpy,sqlite,jvm,go] [--size 512M] [--fractions 25,50,75] [--seconds 20]
          [--warm-seconds 20] [--peers local,swap-disk,zswap,zram,memlend-donor,...]
          [--memlend-args "..."] [--memlend-variant NAME=ARGS ...] [--name jobs]
 
@@ -26,6 +27,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,13 +45,43 @@ PY = "/usr/bin/python3"  # the interpreter with numpy (scripts/setup.sh installs
 JOBS = {
     "numpy": {"script": "numpy_table.py", "mix": "95/5", "memlend_args": ""},
     "sqlite": {"script": "sqlite_kv.py", "mix": "95/5", "memlend_args": "--threshold 64K"},
+    # A JVM (its heap a PROT_NONE reservation, committed with MAP_FIXED) and a Go program linked
+    # with cgo (arenas reserved the same way), the same key-value work (bench/jobs/jvm,
+    # bench/jobs/gokv). --far is the region's size: a JVM reserves its heap, its code cache and a
+    # class space at start, and a reservation is far only if the region has room for it.
+    "jvm": {"build": "jvm", "mix": "95/5", "memlend_args": "--far 4G"},
+    "go": {"build": "go", "mix": "95/5", "memlend_args": "--far 4G"},
 }
+# Where the built JVM and Go jobs are (build_jobs fills it).
+BUILT = {}
+
+
+def build_jobs(jobs, workdir):
+    """Compile the JVM and Go jobs into `workdir`, once, before any run."""
+    if "jvm" in jobs:
+        out = os.path.join(workdir, "jvm")
+        os.makedirs(out, exist_ok=True)
+        sh(["javac", "-d", out, os.path.join(HERE, "jobs", "jvm", "KvJob.java")])
+        BUILT["jvm"] = out
+    if "go" in jobs:
+        out = os.path.join(workdir, "gokv")
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        env = dict(os.environ, CGO_ENABLED="1", GOCACHE=os.path.join(workdir, "gocache"))
+        subprocess.run([go, "build", "-o", out, "."], cwd=os.path.join(HERE, "jobs", "gokv"), env=env, check=True)
+        BUILT["go"] = out
 COLUMNS = [c for c in apps.COLUMNS if c.key not in ("timed_pswpin", "x_2x_threads")]
 
 
 def job_argv(job, a):
-    return [PY, os.path.join(HERE, "jobs", JOBS[job]["script"]), "--size", str(a.size), "--seconds",
-            str(a.seconds), "--warm-seconds", str(a.warm_seconds), "--seed", str(a.seed)]
+    args = ["--size", str(a.size), "--seconds", str(a.seconds), "--warm-seconds", str(a.warm_seconds),
+            "--seed", str(a.seed)]
+    if job == "jvm":
+        # The heap holds the records (4 KiB each plus a header) with room for the collector.
+        heap_mib = a.size * 3 // 2 // MIB + 256
+        return ["java", f"-Xmx{heap_mib}m", "-cp", BUILT["jvm"], "KvJob"] + args
+    if job == "go":
+        return [BUILT["go"]] + args
+    return [PY, os.path.join(HERE, "jobs", JOBS[job]["script"])] + args
 
 
 def last_json(text):
@@ -227,6 +259,7 @@ def main():
             skips.update({p: why for p in ["memlend-donor"] + list(variants)})
         skips = {k: v for k, v in skips.items() if v and k in peers}
         machine.cgroup()
+        build_jobs(jobs, workdir)
         bench = apps.Bench(a, machine, workdir, None, binp, skips, variants, True)
         floors = common.measure_floors(a.wait_quiet)
         log(common.fmt_floors(floors))

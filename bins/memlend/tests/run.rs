@@ -7,6 +7,8 @@
 mod common;
 #[path = "run/compress.rs"]
 mod compress;
+#[path = "run/jvm.rs"]
+mod jvm;
 #[path = "run/kinds.rs"]
 mod kinds;
 #[path = "run/mem_cgroup.rs"]
@@ -15,6 +17,8 @@ mod mem_cgroup;
 mod pack;
 #[path = "run/redis.rs"]
 mod redis;
+#[path = "run/runtimes.rs"]
+mod runtimes;
 
 use common::*;
 use std::process::{Command, Stdio};
@@ -100,7 +104,7 @@ fn far_memory_that_fits_gets_huge_pages() {
 
     let off = [&opts[..], &["--huge-pages", "off"]].concat();
     let far = memlend_run(&off, &[prog.to_str().unwrap(), "32", "2"]);
-    assert_eq!(far.status.code(), Some(4), "{}", text(&far.stdout));
+    assert_eq!(far.status.code(), Some(4), "{}{}", text(&far.stdout), text(&far.stderr));
 }
 
 /// A program that exits tells its donor, which frees its slabs as its

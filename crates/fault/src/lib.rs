@@ -19,6 +19,7 @@
 mod discards;
 mod error;
 mod evict;
+mod fences;
 mod fork;
 mod handler;
 mod huge;

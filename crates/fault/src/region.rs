@@ -179,6 +179,7 @@ pub struct Region {
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
     discards: Arc<Discards>,
+    fences: Arc<crate::fences::Fences>,
     reserve_pages: usize,
     bell: Arc<Doorbell>,
     map: Mapping,
@@ -259,6 +260,7 @@ impl Region {
             .budget_pages
             .store(config.budget_pages as u64, std::sync::atomic::Ordering::Relaxed);
         let discards = Arc::new(Discards::default());
+        let fences = Arc::new(crate::fences::Fences::new(pages));
         let reserve = crate::reserve::Reserve::new(reserve_pages, batch.pages());
         counters.reserve_pages.store(reserve.pages() as u64, std::sync::atomic::Ordering::Relaxed);
         let eviction = crate::evict::Eviction {
@@ -274,6 +276,7 @@ impl Region {
             headroom_stalled: false,
             failures: Default::default(),
             clean_only: false,
+            unmovable_said: false,
         };
         let ahead = crate::prefetch::Ahead {
             fetcher,
@@ -298,6 +301,7 @@ impl Region {
             store,
             counters: counters.clone(),
             discards: discards.clone(),
+            fences: fences.clone(),
             budget_pages: config.budget_pages,
             reserve,
             bell: Arc::clone(&bell),
@@ -331,6 +335,7 @@ impl Region {
             thread: Some(thread),
             counters,
             discards,
+            fences,
             reserve_pages,
             bell,
             map,
@@ -470,6 +475,18 @@ impl Region {
             self.discards.finish(start, start + len_bytes);
         }
         result.map_err(FaultError::os("madvise(MADV_DONTNEED)"))
+    }
+}
+
+impl Region {
+    /// The owner made `offset_bytes..+len_bytes` inaccessible (`fenced`:
+    /// PROT_NONE) or accessible again: nothing is mapped there ahead of a
+    /// fault while it is fenced (`fences.rs`).
+    pub fn fence(&self, offset_bytes: usize, len_bytes: usize, fenced: bool) -> Result<()> {
+        check_range(offset_bytes, len_bytes, self.len())?;
+        let (first, count) = (offset_bytes / PAGE_SIZE, len_bytes / PAGE_SIZE);
+        self.fences.set(first as u32, count as u32, fenced);
+        Ok(())
     }
 }
 

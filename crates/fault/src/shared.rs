@@ -35,6 +35,9 @@ pub(crate) struct Core {
     pub store: Arc<dyn PageStore>,
     pub counters: Arc<Counters>,
     pub discards: Arc<Discards>,
+    /// Pages the owner made inaccessible: nothing is mapped there ahead of
+    /// a fault (`fences.rs`).
+    pub fences: Arc<crate::fences::Fences>,
     pub budget_pages: usize,
     /// Kept out of the mapped pages while `held` exceeds the budget, for the
     /// staging halves and the prefetch windows, as they use it (`reserve.rs`).

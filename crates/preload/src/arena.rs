@@ -140,6 +140,28 @@ impl Arena {
         }
     }
 
+    /// Is every page of `[start, start + pages)` in live blocks made by
+    /// mmap? (A MAP_FIXED over them replaces only what the program owns.)
+    pub fn mapped_cover(&self, start: u64, pages: u64) -> bool {
+        let end = start + pages;
+        let first = self.live.range(..=start).next_back().map_or(start, |(&s, _)| s);
+        let mut at = start;
+        // Bounded by the live blocks between `first` and `end`.
+        for (&s, b) in self.live.range(first..end) {
+            if s > at {
+                return false; // a gap
+            }
+            if !b.mapped && s + b.pages > at {
+                return false;
+            }
+            at = at.max(s + b.pages);
+            if at >= end {
+                return true;
+            }
+        }
+        at >= end
+    }
+
     fn add_live(&mut self, start: u64, block: Block) {
         self.live.insert(start, block);
         self.live_pages += block.pages;
@@ -261,6 +283,18 @@ mod tests {
         assert!(a.alloc_at(y + 4, 6, 1, false));
         assert!(!a.alloc_at(y + 4, 1, 1, false));
         check(&a, 100);
+    }
+
+    #[test]
+    fn a_cover_of_mapped_blocks_has_no_gap_and_no_malloc_block() {
+        let mut a = Arena::new(100);
+        assert!(a.alloc_at(10, 10, 1, true) && a.alloc_at(20, 5, 1, true));
+        assert!(a.alloc_at(30, 5, 1, false));
+        assert!(a.mapped_cover(12, 12), "across two touching mapped blocks");
+        assert!(a.mapped_cover(10, 15));
+        assert!(!a.mapped_cover(12, 14), "runs into the free page 25");
+        assert!(!a.mapped_cover(9, 3), "starts on a free page");
+        assert!(!a.mapped_cover(30, 2), "a malloc block");
     }
 
     #[test]

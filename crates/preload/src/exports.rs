@@ -5,7 +5,7 @@
 
 use crate::libc_alloc as glibc;
 use crate::ops::enomem_if_null;
-use crate::{far, next, ops, seen, sys, thread_kind};
+use crate::{far, next, ops, reserve, seen, sys, thread_kind};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
@@ -185,18 +185,7 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
 
 /// Is this mmap a plain anonymous private read-write one, placed anywhere?
 fn far_mmap_eligible(prot: i32, flags: i32, fd: i32) -> bool {
-    let wanted = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-    let refused = libc::MAP_SHARED
-        | libc::MAP_FIXED
-        | libc::MAP_FIXED_NOREPLACE
-        | libc::MAP_HUGETLB
-        | libc::MAP_GROWSDOWN
-        | libc::MAP_STACK
-        | libc::MAP_POPULATE;
-    flags & wanted == wanted
-        && flags & refused == 0
-        && fd == -1
-        && prot == libc::PROT_READ | libc::PROT_WRITE
+    ops::plain_anonymous(flags, fd) && prot == libc::PROT_READ | libc::PROT_WRITE
 }
 
 /// # Safety
@@ -215,6 +204,13 @@ pub unsafe extern "C" fn mmap(
             seen::saw(seen::Kind::Private, len);
             return p;
         }
+    } else if reserve::is_reservation(prot, flags, fd) {
+        if let Some(p) = reserve::reserve(addr as usize, len) {
+            seen::saw(seen::Kind::Reserved, len);
+            return p;
+        }
+    } else if let Some(p) = reserve::place(addr as usize, len, prot, flags, fd) {
+        return p;
     }
     if len >= far::THRESHOLD.load(std::sync::atomic::Ordering::Relaxed)
         && !thread_kind::ours()
@@ -241,6 +237,18 @@ pub unsafe extern "C" fn mmap64(
 ) -> *mut c_void {
     // SAFETY: as mmap.
     unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// # Safety
+/// The C contract of mprotect.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i32 {
+    // SAFETY: passed through as asked.
+    let rc = unsafe { sys::mprotect(addr, len, prot) };
+    if rc == 0 {
+        reserve::protected(addr as usize, len, prot);
+    }
+    rc
 }
 
 /// # Safety

@@ -46,6 +46,16 @@ impl Heap {
         ((addr - self.region.as_ptr() as usize) / PAGE_SIZE) as u64
     }
 
+    /// The program made pages inaccessible (`fenced`: PROT_NONE) or
+    /// accessible: the handler maps nothing ahead of a fault into fenced
+    /// ones (`memlend_fault::Region::fence`).
+    pub fn fence(&self, page: u64, pages: u64, fenced: bool) {
+        let (off, len) = (page as usize * PAGE_SIZE, pages as usize * PAGE_SIZE);
+        if let Err(e) = self.region.fence(off, len, fenced) {
+            tracing::debug!("fencing far pages {page}+{pages}: {e}");
+        }
+    }
+
     /// Drop pages' contents: they read as zero after, cost no local budget
     /// and hold nothing in the store. Called before pages go back to the
     /// arena, so a new owner can never lose a write to it.

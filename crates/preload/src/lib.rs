@@ -36,6 +36,7 @@ mod mem_limit;
 mod next;
 mod ops;
 mod report;
+mod reserve;
 mod seen;
 mod sys;
 mod thread_kind;
@@ -69,7 +70,11 @@ static CONFIGURE: extern "C" fn() = {
 fn ready(heap: &'static heap::Heap, cfg: &config::Config, start_rest_bytes: u64) {
     report::at_exit();
     seen::heap_started();
-    live::start(report::stats_json);
+    live::start(|| {
+        let json = report::stats_json()?;
+        report::write_last(&json);
+        Some(json)
+    });
     if let Some(mem) = cfg.mem_bytes.filter(|_| cfg.trace_dir.is_none()) {
         mem_limit::follow(heap, mem, start_rest_bytes);
     }

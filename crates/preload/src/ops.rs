@@ -148,6 +148,24 @@ fn move_block(ptr: *mut c_void, old_bytes: usize, size: usize) -> *mut c_void {
     new
 }
 
+/// An anonymous private mapping placed anywhere (a hint is only a hint),
+/// with none of the flags the far heap does not take: whatever its
+/// protection, the far heap can hold it.
+pub fn plain_anonymous(flags: i32, fd: i32) -> bool {
+    let wanted = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let refused = libc::MAP_FIXED
+        | libc::MAP_FIXED_NOREPLACE
+        | libc::MAP_HUGETLB
+        | libc::MAP_GROWSDOWN
+        | libc::MAP_STACK
+        | libc::MAP_POPULATE;
+    // The type is the low bits: MAP_SHARED_VALIDATE (3) has MAP_PRIVATE's bit.
+    flags & 0x0f == libc::MAP_PRIVATE
+        && flags & wanted == wanted
+        && flags & refused == 0
+        && fd == -1
+}
+
 /// mmap of anonymous private read-write memory from the far heap, at the
 /// hinted address when that is free. `None`: not far.
 pub fn mmap(hint: usize, len: usize) -> Option<*mut c_void> {
@@ -179,6 +197,15 @@ pub fn munmap(addr: usize, len: usize) -> Option<i32> {
     let (page, pages) = (heap.page_of(addr), pages_for(len));
     let end = (page + pages).min(heap.region.len() as u64 / PAGE_SIZE as u64);
     heap.discard(page, end - page);
+    // A reservation (`reserve.rs`) or a placement may have left the range
+    // PROT_NONE or executable: the next owner gets plain read-write pages.
+    let bytes = (end - page) as usize * PAGE_SIZE;
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: the range is far memory the caller gives up.
+    if unsafe { crate::sys::mprotect(addr as *mut c_void, bytes, rw) } != 0 {
+        tracing::warn!("far munmap: restoring read-write at {addr:#x}+{bytes} failed");
+    }
+    heap.fence(page, end - page, false);
     heap.arena().free_range(page, end - page, |_, _| {});
     Some(0)
 }

@@ -48,6 +48,16 @@ fn write_stats() -> std::io::Result<()> {
     std::fs::write(path, j)
 }
 
+/// The counters so far, into `<stats dir>/<pid>.last.json` (each second, by
+/// the live thread): a process that ends without running its exit handlers
+/// (killed; or a Go program, whose exit skips libc's) still leaves them.
+pub fn write_last(json: &str) {
+    let Some(dir) = far::stats_dir() else { return };
+    let pid = std::process::id();
+    let (path, next) = (dir.join(format!("{pid}.last.json")), dir.join(format!(".{pid}.last.new")));
+    let _ = std::fs::write(&next, json).and_then(|_| std::fs::rename(&next, &path));
+}
+
 /// The region's counters as one JSON object (the exit report, and the live
 /// file `memlend top` reads); None before far memory started.
 pub fn stats_json() -> Option<String> {

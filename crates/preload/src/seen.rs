@@ -4,7 +4,8 @@
 //! process made a large allocation" when it went where memlend could not
 //! follow (PostgreSQL's shared buffers, a JVM's reserved heap).
 //!
-//! Adopted kinds are counted only (atomics). A passed kind, and the far
+//! Adopted kinds are counted only (atomics). A commit in place is counted
+//! apart: its bytes lie in a reservation already counted. A passed kind, and the far
 //! heap's start, also write `<stats dir>/<pid>.seen.json` at once: a process
 //! the OOM killer ends never runs its exit report, and its memory is what
 //! the summary must account for most.
@@ -21,12 +22,18 @@ pub enum Kind {
     Malloc,
     /// Adopted: an anonymous private read-write mmap.
     Private,
+    /// Adopted: a PROT_NONE reservation, committed later (`reserve.rs`).
+    Reserved,
+    /// Adopted: a MAP_FIXED commit (or uncommit) into far memory, done in
+    /// place (`reserve.rs`); its bytes are in a reservation's already.
+    Committed,
     /// Passed: shared memory (MAP_SHARED anonymous, or a tmpfs or memfd
     /// file: POSIX shm, `memfd_create`).
     Shared,
     /// Passed: an anonymous reservation made PROT_NONE, to be committed
-    /// later (a JVM heap, a Go or V8 arena).
-    Reserved,
+    /// later (a JVM heap, a Go or V8 arena), that the far heap had no room
+    /// for.
+    ReservedLocal,
     /// Passed: an anonymous mapping placed with MAP_FIXED (a commit into a
     /// reservation), or with flags the far heap does not take.
     Placed,
@@ -35,8 +42,16 @@ pub enum Kind {
     NoRoom,
 }
 
-const KINDS: [Kind; 6] =
-    [Kind::Malloc, Kind::Private, Kind::Shared, Kind::Reserved, Kind::Placed, Kind::NoRoom];
+const KINDS: [Kind; 8] = [
+    Kind::Malloc,
+    Kind::Private,
+    Kind::Reserved,
+    Kind::Committed,
+    Kind::Shared,
+    Kind::ReservedLocal,
+    Kind::Placed,
+    Kind::NoRoom,
+];
 
 impl Kind {
     /// The key in the reports: `seen_<name>_maps`, `seen_<name>_bytes`.
@@ -44,11 +59,20 @@ impl Kind {
         match self {
             Kind::Malloc => "malloc",
             Kind::Private => "private",
-            Kind::Shared => "shared",
             Kind::Reserved => "reserved",
+            Kind::Committed => "committed",
+            Kind::Shared => "shared",
+            Kind::ReservedLocal => "reserved_local",
             Kind::Placed => "placed",
             Kind::NoRoom => "no_room",
         }
+    }
+}
+
+impl Kind {
+    /// Handed to the kernel as asked, not made far.
+    pub fn passed(self) -> bool {
+        matches!(self, Kind::Shared | Kind::ReservedLocal | Kind::Placed | Kind::NoRoom)
     }
 }
 
@@ -75,7 +99,7 @@ pub fn saw(kind: Kind, bytes: usize) {
     let t = tally(kind);
     t.maps.fetch_add(1, Relaxed);
     t.bytes.fetch_add(bytes as u64, Relaxed);
-    if !matches!(kind, Kind::Malloc | Kind::Private) {
+    if kind.passed() {
         write_file();
     }
 }
@@ -134,7 +158,7 @@ pub fn kind_of_passed(prot: i32, flags: i32, fd: i32) -> Option<Kind> {
         return None;
     }
     if prot == libc::PROT_NONE {
-        return Some(Kind::Reserved);
+        return Some(Kind::ReservedLocal);
     }
     let placed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
     Some(if placed { Kind::Placed } else { Kind::NoRoom })
@@ -165,8 +189,11 @@ mod tests {
         let validate = libc::MAP_SHARED_VALIDATE | ANON;
         assert_eq!(kind_of_passed(rw, validate, -1), Some(Kind::Shared));
         let noreserve = MAP_PRIVATE | ANON | libc::MAP_NORESERVE;
-        assert_eq!(kind_of_passed(libc::PROT_NONE, noreserve, -1), Some(Kind::Reserved));
-        assert_eq!(kind_of_passed(libc::PROT_NONE, MAP_PRIVATE | ANON, -1), Some(Kind::Reserved));
+        assert_eq!(kind_of_passed(libc::PROT_NONE, noreserve, -1), Some(Kind::ReservedLocal));
+        assert_eq!(
+            kind_of_passed(libc::PROT_NONE, MAP_PRIVATE | ANON, -1),
+            Some(Kind::ReservedLocal)
+        );
         assert_eq!(kind_of_passed(rw, MAP_PRIVATE | ANON | MAP_FIXED, -1), Some(Kind::Placed));
         assert_eq!(kind_of_passed(rw, MAP_PRIVATE | ANON, -1), Some(Kind::NoRoom));
         let hugetlb = MAP_PRIVATE | ANON | libc::MAP_HUGETLB;
@@ -189,12 +216,12 @@ mod tests {
 
     #[test]
     fn the_members_name_every_kind() {
-        saw(Kind::Reserved, 4096);
+        saw(Kind::ReservedLocal, 4096);
         let j = format!("{{{}\"v\":1}}", json_members());
         let v: serde_json::Value = serde_json::from_str(&j).expect("json");
         for kind in KINDS {
             assert!(v[format!("seen_{}_bytes", kind.name())].is_u64(), "{j}");
         }
-        assert!(v["seen_reserved_bytes"].as_u64() >= Some(4096));
+        assert!(v["seen_reserved_local_bytes"].as_u64() >= Some(4096));
     }
 }

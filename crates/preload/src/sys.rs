@@ -47,6 +47,13 @@ pub unsafe fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
     unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as i32 }
 }
 
+/// # Safety
+/// As mprotect(2): code that relies on the old protection breaks.
+pub unsafe fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i32 {
+    // SAFETY: forwarded as is.
+    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as i32 }
+}
+
 pub fn set_errno(e: i32) {
     // SAFETY: the calling thread's errno slot is always valid.
     unsafe { *libc::__errno_location() = e }

@@ -14,18 +14,24 @@ const REPORTS_MAX: usize = 4096;
 /// seen files (`<pid>.seen.json`) the shim writes as it goes, which a
 /// process killed before its exit leaves too.
 pub struct Reports {
+    /// One a process that used far memory: its exit report, or, if it left
+    /// none, its counters as of its last second (`<pid>.last.json`).
     pub exits: Vec<Value>,
-    /// Seen files of processes with no exit report (killed, or no heap).
+    /// Processes counted from their last second's counters.
+    pub from_last: usize,
+    /// Seen files of processes with neither (killed in their first second,
+    /// or no far heap).
     pub seen_only: Vec<Value>,
 }
 
 pub fn collect(dir: &Path) -> Reports {
-    let (mut exits, mut seen) = (Vec::new(), Vec::new());
-    let Ok(entries) = std::fs::read_dir(dir) else { return Reports { exits, seen_only: seen } };
+    let (mut exits, mut lasts, mut seen) = (Vec::new(), Vec::new(), Vec::new());
+    let mut all = Reports { exits: Vec::new(), from_last: 0, seen_only: Vec::new() };
+    let Ok(entries) = std::fs::read_dir(dir) else { return all };
     for entry in entries.flatten().take(REPORTS_MAX) {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') {
-            continue; // a seen file being written
+            continue; // being written
         }
         let Some(v) = std::fs::read_to_string(entry.path())
             .ok()
@@ -33,34 +39,47 @@ pub fn collect(dir: &Path) -> Reports {
         else {
             continue;
         };
-        if name.ends_with(".seen.json") {
-            seen.push(v)
-        } else {
-            exits.push(v)
+        match () {
+            _ if name.ends_with(".seen.json") => seen.push(v),
+            _ if name.ends_with(".last.json") => lasts.push(v),
+            _ => exits.push(v),
         }
     }
-    let has_exit = |pid: &Value| exits.iter().any(|r| &r["pid"] == pid);
-    seen.retain(|s| !has_exit(&s["pid"]));
-    Reports { exits, seen_only: seen }
+    let has = |list: &[Value], pid: &Value| list.iter().any(|r| &r["pid"] == pid);
+    lasts.retain(|l| !has(&exits, &l["pid"]));
+    seen.retain(|s| !has(&exits, &s["pid"]) && !has(&lasts, &s["pid"]));
+    all.from_last = lasts.len();
+    exits.extend(lasts);
+    all.exits = exits;
+    all.seen_only = seen;
+    all
 }
 
 /// The kinds of memory the shim passed to the kernel, as the reports name
 /// them (`crates/preload/src/seen.rs`), and what each is.
 const PASSED: [(&str, &str); 4] = [
     ("shared", "shared memory (MAP_SHARED anonymous, POSIX shm, memfd; PostgreSQL's shared buffers): not adopted yet"),
-    ("reserved", "reservations made PROT_NONE and committed later (a JVM heap, Go and V8 arenas): not adopted yet"),
-    ("placed", "mappings placed with MAP_FIXED (commits into such reservations): not adopted yet"),
+    ("reserved_local", "reservations made PROT_NONE to commit later (a JVM heap, Go and V8 arenas) that the far region had no room for (--far): kept local"),
+    ("placed", "mappings placed with MAP_FIXED outside far memory: kept local"),
     ("no_room", "private mappings the far heap had no room for (full, or a forked child's): kept local"),
 ];
 
 /// What the shim saw but did not make far, and processes that left no exit
 /// report: said whether or not far memory was used.
-fn print_unadopted(all: &[&Value], seen_only: &[Value]) {
+fn print_unadopted(all: &[&Value], seen_only: &[Value], from_last: usize) {
+    if from_last > 0 {
+        eprintln!(
+            "memlend run: {from_last} process(es) ended without an exit report (killed, or \
+             exited without libc's exit handlers, as Go programs do): their counters are as of \
+             their last second"
+        );
+    }
     let killed = seen_only.iter().filter(|s| s["far_heap"].as_bool() == Some(true)).count();
     if killed > 0 {
         eprintln!(
-            "memlend run: {killed} process(es) used far memory but left no exit report (killed \
-             before exit: by a signal or the OOM killer); their counters are not in this summary"
+            "memlend run: {killed} process(es) used far memory but left no report (ended in \
+             their first second without running exit handlers: killed, or a Go program); their \
+             counters are not in this summary"
         );
     }
     let total = |key: String| all.iter().filter_map(|r| r[&key].as_u64()).sum::<u64>();
@@ -96,7 +115,7 @@ pub fn print(
     let every: Vec<&Value> = all.exits.iter().chain(&all.seen_only).collect();
     let reports = &all.exits[..];
     if reports.is_empty() {
-        print_unadopted(&every, &all.seen_only);
+        print_unadopted(&every, &all.seen_only, all.from_last);
         let seen_any = every.iter().any(|r| {
             r.as_object().is_some_and(|o| {
                 o.iter().any(|(k, v)| k.starts_with("seen_") && v.as_u64().unwrap_or(0) > 0)
@@ -126,11 +145,14 @@ pub fn print(
     );
     eprintln!(
         "memlend run: made far: {} in {} large allocations (malloc family), {} in {} anonymous \
-         private mappings",
+         private mappings, {} in {} reservations (PROT_NONE, committed later: {} commits in place)",
         human(sum(reports, "seen_malloc_bytes")),
         sum(reports, "seen_malloc_maps"),
         human(sum(reports, "seen_private_bytes")),
         sum(reports, "seen_private_maps"),
+        human(sum(reports, "seen_reserved_bytes")),
+        sum(reports, "seen_reserved_maps"),
+        sum(reports, "seen_committed_maps"),
     );
     eprintln!(
         "memlend run: faults: {} zero-filled, {} from the store; pages: {} prefetched, {} written back, {} clean dropped{}",
@@ -220,7 +242,7 @@ pub fn print(
     print_pool(reports);
     print_latency(reports);
     print_forks(reports);
-    print_unadopted(&every, &all.seen_only);
+    print_unadopted(&every, &all.seen_only, all.from_last);
     if sum(reports, "copy_legs") > 0 {
         eprintln!(
             "memlend run: copies: {} lost and {} rebuilt; {} bad copies repaired from the other; {} pages lost",

@@ -49,6 +49,8 @@ pub(crate) struct Eviction {
     pub failures: crate::evict::write_failures::FailureLog,
     /// Take `Clean` victims only (a fork's pause, `fork/clean.rs`).
     pub clean_only: bool,
+    /// A page that cannot move out was logged (once per region).
+    pub unmovable_said: bool,
 }
 
 /// A victim in staging: (slot, page).

@@ -81,7 +81,17 @@ impl Eviction {
                 }
             }
             Err(e) => {
-                tracing::warn!("fault handler: page {page} cannot move out, kept: {e}");
+                // EINVAL: the owner gave the page a protection other than
+                // read-write (mprotect to read-only, or executable code):
+                // UFFDIO_MOVE wants staging's. It stays, and is tried again
+                // when it comes round; said once, not at every batch.
+                if !self.unmovable_said {
+                    self.unmovable_said = true;
+                    tracing::warn!(
+                        "fault handler: page {page} cannot move out, kept: {e} (said once; \
+                         pages the program made read-only or executable stay resident)"
+                    );
+                }
                 core.table.requeue(page);
                 false
             }

@@ -76,8 +76,10 @@ impl Ahead {
         Counters::add(&core.counters.prefetch_hits, hits);
     }
 
+    /// A page of the region, not fenced off (`fences.rs`): a window
+    /// stops at the first that is not.
     fn page_at(&self, core: &Core, page: i64) -> Option<u32> {
-        u32::try_from(page).ok().filter(|&p| p < core.pages)
+        u32::try_from(page).ok().filter(|&p| p < core.pages && !core.fences.has(p))
     }
 
     /// Of the pages along `stride` after `page`, have those in the store

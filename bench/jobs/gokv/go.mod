@@ -1,0 +1,3 @@
+module gokv
+
+go 1.21
