@@ -47,14 +47,14 @@ whole server process tree:
                  1: the server, not the client, is the limit).
   swap-disk      memory.limit_in_bytes = LIMIT; swap to a swapfile on /var/tmp (the local
                  disk), zswap off (far_micro's Machine makes and removes it).
-  zswap          the same memcg, LIMIT and swapfile, zswap on (lz4 if the kernel has it,
-                 else its default compressor: the run says which). On cgroup v1 this kernel
+  zswap          the same memcg, LIMIT and swapfile, zswap on with the compressor zram
+                 gets too (lz4 if the kernel's crypto API has it, else lzo: the run says which). On cgroup v1 this kernel
                  does not charge zswap's pool to the memcg (measured: the memcg's kmem peak
                  stayed under 1 MiB while the pool held 50 MiB; the kernel charges it on v2
                  only), so zswap gets LIMIT plus its pool: the "total" column adds the pool's
                  peak (/proc/meminfo Zswap) to the memcg's peak, so the extra is visible, and
                  each row says whether it found the pool charged (zswap_pool_charged).
-  zram           the same memcg, swap on /dev/zram0 (lz4). zram's pool is not charged to
+  zram           the same memcg, swap on /dev/zram0 (zswap's compressor). zram's pool is not charged to
                  the memcg either, so the same total LIMIT is split: memcg limit = LIMIT -
                  share, zram mem_limit = share (--zram-share, default LIMIT/2); "total" is
                  the memcg's peak plus zram's mem_used_max. zram's disksize is share x
@@ -150,7 +150,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from app_redis import Proc, RedisError, Resp, memlend_summary, other_benchmarks, snapshot_memlend  # noqa: E402
 from far_micro import (CG_ROOT, MIB, UNDO, ZRAM, ZSWAP, Machine, active_swaps, human, log,  # noqa: E402
-                       on_signal, parse_size, read, sh, vmstat, write)
+                       kernel_compressor, on_signal, parse_size, read, sh, vmstat, write)
 from report import Column, report  # noqa: E402
 from stall_trace import StallTrace  # noqa: E402
 
@@ -504,7 +504,12 @@ class Bench:
         return usage, peak
 
     def far(self):
-        """memlend's --far: the region's (virtual) size, room for the dataset twice over."""
+        """memlend's --far: the region's (virtual) size, room for the dataset twice over, unless the
+        memlend arguments name one (a runtime reserves more than its data: bench/jobs.py's jvm, go);
+        the donor lends this and 256 MiB."""
+        extra = shlex.split(self.a.memlend_args or "")
+        if "--far" in extra[:-1]:
+            return parse_size(extra[extra.index("--far") + 1])
         return max(1 << 30, 2 * self.a.size + 256 * MIB)
 
     def memlend_argv(self, dport, args, limit, server_argv, local=None):
@@ -514,8 +519,9 @@ class Bench:
         extra = shlex.split(args or "")
         # A variant with --ssd DIR keeps its far pages in a file there, not on the donor.
         store = [] if "--ssd" in extra else ["--donor", f"127.0.0.1:{dport}", "--insecure"]
-        return ([self.bin["memlend"], "run"] + budget + ["--far", human(self.far()), "--preload",
-                                                         self.bin["libmemlend_preload.so"]]
+        # A job that names its own --far (a JVM reserves more than its data) keeps it.
+        far = [] if "--far" in extra else ["--far", human(self.far())]
+        return ([self.bin["memlend"], "run"] + budget + far + ["--preload", self.bin["libmemlend_preload.so"]]
                 + store + extra + ["--"] + server_argv)
 
     def donor_prefix(self):
@@ -535,13 +541,13 @@ class Bench:
         return (base + " " + self.variants[peer]).strip() if peer in self.variants else base
 
     def zswap_on(self):
-        """zswap on with lz4 if the kernel has it; the undo token."""
+        """zswap on with the compressor zram gets too (far_micro.kernel_compressor); the undo token."""
         comp0 = read(f"{ZSWAP_DIR}/compressor")
         tok = UNDO.push("zswap off", lambda: (write(ZSWAP, "N"), write(f"{ZSWAP_DIR}/compressor", comp0)))
         try:
-            write(f"{ZSWAP_DIR}/compressor", "lz4")
+            write(f"{ZSWAP_DIR}/compressor", kernel_compressor())
         except OSError:
-            pass  # no lz4 in this kernel's crypto API: its default stays
+            pass  # refused: its default stays, and the run says which
         self.zswap_compressor = read(f"{ZSWAP_DIR}/compressor")
         write(ZSWAP, "Y")
         return tok, comp0

@@ -47,10 +47,12 @@ JOBS = {
     "sqlite": {"script": "sqlite_kv.py", "mix": "95/5", "memlend_args": "--threshold 64K"},
     # A JVM (its heap a PROT_NONE reservation, committed with MAP_FIXED) and a Go program linked
     # with cgo (arenas reserved the same way), the same key-value work (bench/jobs/jvm,
-    # bench/jobs/gokv). --far is the region's size: a JVM reserves its heap, its code cache and a
-    # class space at start, and a reservation is far only if the region has room for it.
-    "jvm": {"build": "jvm", "mix": "95/5", "memlend_args": "--far 4G"},
-    "go": {"build": "go", "mix": "95/5", "memlend_args": "--far 4G"},
+    # bench/jobs/gokv). --far is the region's (virtual) size, and the donor lends it (apps.Bench.far):
+    # a reservation is far only if the region has room for it when it is made. A JVM reserves its
+    # heap (-Xmx, job_argv), a 240 MiB code cache and a 1 GiB class space at start; Go reserves
+    # ~1.1 GiB of sparse index (1, 8, 64 and two 512 MiB PROT_NONE ranges) before its first arena.
+    "jvm": {"build": "jvm", "mix": "95/5", "memlend_args": "--far 3G"},
+    "go": {"build": "go", "mix": "95/5", "memlend_args": "--far 3G"},
 }
 # Where the built JVM and Go jobs are (build_jobs fills it).
 BUILT = {}
@@ -221,8 +223,14 @@ def main():
     ap.add_argument("--page-cluster-compressed", default="0", metavar="N|asis")
     ap.add_argument("--page-cluster-disk", default="asis", metavar="N|asis")
     ap.add_argument("--wait-quiet", type=float, default=5, metavar="S")
+    ap.add_argument("--split-cpus", action="store_true",
+                    help="every peer's job and memlend's own threads on CPU 0 only, memlend's donor on CPU 1 "
+                    "only: the donor as another machine would be (as bench/apps.py --split-cpus)")
     ap.add_argument("--name", default="jobs")
     a = ap.parse_args()
+    if a.split_cpus:
+        # Every child inherits CPU 0; the donor alone is moved to CPU 1 (apps.Bench.donor_prefix).
+        os.sched_setaffinity(0, {0})
     a.size = parse_size(a.size)
     a.base_memlend_args = a.memlend_args
     fracs = [int(f) for f in a.fractions.split(",")]
@@ -307,7 +315,7 @@ def main():
     meta = {"jobs": jobs, "size_mib": a.size // MIB, "fractions_pct": fracs, "peers": peers,
             "memlend_variants": variants, "donor_variants": a.donor_variant, "memlend_args": a.base_memlend_args,
             "job_memlend_args": {j: JOBS[j]["memlend_args"] for j in jobs}, "seconds": a.seconds,
-            "warm_seconds": a.warm_seconds, "seed": a.seed, "zram_share": a.zram_share, "skips": skips,
+            "warm_seconds": a.warm_seconds, "seed": a.seed, "split_cpus": a.split_cpus, "zram_share": a.zram_share, "skips": skips,
             "nproc": os.cpu_count(), "kernel": os.uname().release, "wall_s": round(time.time() - t_start),
             "git_head": sh(["git", "-C", common.ROOT, "rev-parse", "--short", "HEAD"], check=False).stdout.strip(),
             "floors": floors}

@@ -43,10 +43,16 @@ HIGH_MIN = 0.50  # the classifier's default (crates/pool/src/classify.rs)
 #   (each daemon, and a job's own process and local pages, are charged to
 #   the node), so lenders there can lend a little less; the simulator
 #   samples demand once a second and moves no pages.
-# - latency, 1 s at p50 and p99: the simulator sees demand only at its
-#   once-a-second sample, so it cannot resolve less; anything past that
-#   would mean the real daemons wait for something the simulator lacks.
-TOLERANCE = {"harvest_points": 10.0, "latency_ms": 1000.0}
+# - handshake latency, 20 ms at p50 and p99: both sides time the same
+#   engine handshake (request sent to lease confirmed), the simulator in
+#   process, the lab across network namespaces with a daemon scheduled on
+#   2 shared cores: 1.1 ms p50 and 1.8 ms p99 there against 0.26 ms
+#   (lab_crosscheck.json, 2026-11). 20 ms is ten times the lab's p99: past
+#   it the real daemons wait for something (a timer, a retry) the
+#   simulator lacks. (The bound was 1 s, which values near 1 ms could
+#   never fail; the once-a-second demand sample bounds launch-to-ACK, not
+#   the handshake.)
+TOLERANCE = {"harvest_points": 10.0, "latency_ms": 20.0}
 JOB_LOCAL = "8M"
 
 

@@ -52,8 +52,8 @@ pub struct FarArgs {
     /// Borrow the pages from the cluster through the local memlendd (its API
     /// socket; default $MEMLEND_POOL or /run/memlend/memlendd.sock). With
     /// --ssd, that is where reclaimed pages go when no donor has room.
-    #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "")]
-    pub pool: Option<PathBuf>,
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1)]
+    pub pool: Option<Option<PathBuf>>,
     /// A second home for every page: `mirror` (two donors hold each page;
     /// needs --also), `ssd` (a donor and a file in the --ssd directory),
     /// `erasure` (Reed-Solomon over three or more donors: 1 parity donor, 2
@@ -78,11 +78,7 @@ fn placement(a: &FarArgs) -> Placement {
 /// Where the pages go, from the flags.
 fn where_to(a: &FarArgs) -> Placement {
     if let Some(api) = &a.pool {
-        let api = if api.as_os_str().is_empty() {
-            memlend_borrow::open::cluster::default_api_path()
-        } else {
-            api.clone()
-        };
+        let api = api.clone().unwrap_or_else(memlend_borrow::open::cluster::default_api_path);
         return Placement {
             pool: Some(api),
             ssd: a.ssd.clone(),

@@ -220,6 +220,25 @@ fn a_missing_program_is_a_clear_error() {
     assert!(err.contains("cannot start /nonexistent/prog"), "{err}");
 }
 
+/// `--pool` takes its socket or none (then the default): the README's own
+/// `--pool --local 2G --ssd DIR` once failed to parse, as "a value is
+/// required for '--pool'", and no test named the flag bare.
+#[test]
+fn a_bare_pool_flag_parses_and_names_the_socket_it_tried() {
+    let dir = tempfile::tempdir().unwrap();
+    let ssd = dir.path().to_str().unwrap();
+    let socket = dir.path().join("no-memlendd.sock");
+    let out = Command::new(MEMLEND)
+        .args(["run", "--pool", "--local", "2G", "--ssd", ssd, "--", "true"])
+        .env("MEMLEND_POOL", &socket)
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "no memlendd listens there: {err}");
+    assert!(!err.contains("a value is required"), "{err}");
+    assert!(err.contains("no-memlendd.sock"), "the default socket is named: {err}");
+}
+
 #[test]
 fn the_exit_status_is_the_programs() {
     let dir = tempfile::tempdir().unwrap();

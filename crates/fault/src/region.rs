@@ -309,6 +309,7 @@ impl Region {
             zero_page: vec![0; PAGE_SIZE],
             intent: crate::intent::WriteIntent::new(tuning.write_intent),
             zpool,
+            lost: Default::default(),
             trace,
         };
         let pause = Arc::new(crate::fork::pause::Pause::default());

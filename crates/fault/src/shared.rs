@@ -52,6 +52,11 @@ pub(crate) struct Core {
     pub intent: crate::intent::WriteIntent,
     /// The compressed local tier, if on (`zpool/mod.rs`).
     pub zpool: Option<crate::zpool::ZPool>,
+    /// Pages whose bytes are gone (a write-back failed and they could not
+    /// be put back): `Empty` in the table, but a fault on one raises SIGBUS
+    /// rather than reading zeros, and nothing is mapped there ahead. A
+    /// discard or unmap of the page (the program gave it up) clears it.
+    pub lost: std::collections::BTreeSet<u32>,
     /// Every fault goes here too, if tracing (`trace.rs`).
     pub trace: Option<crate::trace::Trace>,
 }

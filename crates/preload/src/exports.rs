@@ -204,7 +204,7 @@ pub unsafe extern "C" fn mmap(
             seen::saw(seen::Kind::Private, len);
             return p;
         }
-    } else if reserve::is_reservation(prot, flags, fd) {
+    } else if reserve::is_reservation(prot, flags, fd) && !thread_kind::ours() {
         if let Some(p) = reserve::reserve(addr as usize, len) {
             seen::saw(seen::Kind::Reserved, len);
             return p;

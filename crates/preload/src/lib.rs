@@ -1,9 +1,12 @@
 //! The LD_PRELOAD shim behind `memlend run`: an unmodified program's large
 //! allocations (malloc, calloc, realloc, posix_memalign, aligned_alloc,
 //! memalign, valloc, pvalloc from `MEMLEND_THRESHOLD` up, 1 MiB by default,
-//! and anonymous private read-write mmap of that size) are carved from one
+//! anonymous private read-write mmap of that size, and `PROT_NONE`
+//! reservations committed later, `reserve.rs`) are carved from one
 //! far-memory region, whose pages beyond the local budget live on donors or
-//! a local SSD file. Everything else goes straight to glibc or the kernel.
+//! a local SSD file. Everything else goes straight to glibc or the kernel,
+//! and what of it was large is named by kind in the run's summary
+//! (`seen.rs`).
 //!
 //! - The region is made on the first large allocation, not at load, so the
 //!   many small processes a shell script starts never open a store.

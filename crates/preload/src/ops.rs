@@ -172,6 +172,12 @@ pub fn mmap(hint: usize, len: usize) -> Option<*mut c_void> {
     if len < far::THRESHOLD.load(Relaxed) {
         return None;
     }
+    map_far(hint, len)
+}
+
+/// A far block of `len` bytes for a mapping, whatever its size (the caller
+/// chose it as far), at `hint` if that is free. `None`: no room, or no heap.
+pub fn map_far(hint: usize, len: usize) -> Option<*mut c_void> {
     let heap = far::heap()?;
     let pages = pages_for(len);
     let mut arena = heap.arena();

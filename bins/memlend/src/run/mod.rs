@@ -45,8 +45,10 @@ pub struct RunArgs {
     /// Borrow from the cluster through the local memlendd (its API socket;
     /// default $MEMLEND_POOL or /run/memlend/memlendd.sock). --ssd is then
     /// where reclaimed pages go when no other donor has room.
-    #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "", conflicts_with = "donors")]
-    pub pool: Option<PathBuf>,
+    /// (`--pool` alone, then the next flag: an Option in an Option, not an
+    /// empty default, which clap's path parser refuses as "no value".)
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, conflicts_with = "donors")]
+    pub pool: Option<Option<PathBuf>>,
     /// The cluster key file, for donors.
     #[arg(long, conflicts_with = "insecure")]
     pub key: Option<PathBuf>,
@@ -162,9 +164,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
     if !a.donors.is_empty() && a.ssd.is_some() && a.redundancy == Redundancy::None {
         bail!("give --donor or --ssd, not both");
     }
-    let pool = a.pool.as_ref().map(|p| match p.as_os_str().is_empty() {
-        true => memlend_borrow::open::cluster::default_api_path(),
-        false => absolute(p),
+    let pool = a.pool.as_ref().map(|p| match p {
+        None => memlend_borrow::open::cluster::default_api_path(),
+        Some(p) => absolute(p),
     });
     let placement = Placement {
         donors: a.donors.clone(),

@@ -108,6 +108,22 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The largest process's peak resident set, in MiB, from the run's summary.
+pub fn peak_rss_mib(stderr: &str) -> f64 {
+    let line = stderr.lines().find(|l| l.contains("peak resident set")).unwrap_or_else(|| {
+        panic!("no peak resident set in:\n{stderr}");
+    });
+    let after = line.split("peak resident set ").nth(1).unwrap();
+    let mut words = after.split_whitespace();
+    let value: f64 = words.next().unwrap().parse().unwrap();
+    match words.next().unwrap() {
+        "GiB" => value * 1024.0,
+        "MiB" => value,
+        "KiB" => value / 1024.0,
+        unit => panic!("unit {unit} in {line}"),
+    }
+}
+
 /// The number before `what` in the run's far-memory summary.
 fn summary_count(stderr: &str, what: &str) -> u64 {
     let line = stderr.lines().find(|l| l.contains(what)).unwrap_or_else(|| {

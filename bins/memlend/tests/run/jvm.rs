@@ -37,6 +37,10 @@ fn jvm_job_matches_a_plain_run(gc: &str) {
     assert!(reserved.contains("reservations (PROT_NONE"), "{err}");
     assert!(!reserved.contains("0 B in 0 reservations"), "the heap was made far: {err}");
     assert!(faults_from_store(&err) > 0, "pages were read back from the store: {err}");
+    // The heap stayed far: the process held well under its 384 MiB array
+    // (the JVM's own code, class data and GC tables are local).
+    let rss = peak_rss_mib(&err);
+    assert!(rss < 256.0, "peak resident set {rss} MiB: the heap went local: {err}");
 }
 
 #[test]

@@ -332,6 +332,10 @@ impl Eviction {
                 Err(e) => {
                     tracing::error!("fault handler: page {page} lost, cannot restore: {e}");
                     core.table.emptied(page);
+                    // Listed before the poisoning, which may be refused for
+                    // now (EAGAIN, an event queued): the page's next fault
+                    // poisons it then, and it never reads as zeros.
+                    core.lost.insert(page);
                     let _ = core.poison(page);
                 }
             }

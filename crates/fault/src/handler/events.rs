@@ -58,6 +58,11 @@ impl Handler {
         if let Some(pool) = self.core.zpool.as_mut() {
             pool.remove_range(first, count);
         }
+        // Given up by the program: a lost page there may read zero again.
+        let gone: Vec<u32> = self.core.lost.range(first..first + count).copied().collect();
+        gone.iter().for_each(|page| {
+            self.core.lost.remove(page);
+        });
         self.core.table.compact_if_stale();
         self.core.publish_resident();
         Counters::add(&self.core.counters.pages_discarded, u64::from(count));

@@ -137,6 +137,9 @@ impl Handler {
         let missing = !self.core.table.get(page).is_resident();
         let result = match self.core.table.get(page) {
             PageState::Clean | PageState::Dirty => self.already_mapped(page),
+            PageState::Empty if self.core.lost.contains(&page) => Err(io::Error::other(
+                "its bytes were lost when a failed write-back could not be undone",
+            )),
             PageState::Empty => self.zero_fill(page),
             PageState::InStore => self.fill_from_store(page, fault.write),
         };

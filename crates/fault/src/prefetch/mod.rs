@@ -115,7 +115,11 @@ impl Ahead {
                 PageState::InStore if wanted.len() < most && !self.fetcher.holds(p) => {
                     wanted.push(p)
                 }
-                PageState::Empty if self.zero_ahead && step <= pages as i64 => empty.push(p),
+                PageState::Empty
+                    if self.zero_ahead && step <= pages as i64 && !core.lost.contains(&p) =>
+                {
+                    empty.push(p)
+                }
                 _ => {}
             }
         }

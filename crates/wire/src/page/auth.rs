@@ -87,9 +87,12 @@ pub fn server_mac(
 }
 
 /// Constant-time comparison, so timing does not leak how much of a forged
-/// MAC was right.
+/// MAC was right: the hmac crate's own (`CtOutput`, subtle's
+/// `ConstantTimeEq`), not a fold of our own that an optimizer may turn
+/// into an early exit.
 pub fn verify_mac(expected: &[u8; MAC_LEN], got: &[u8; MAC_LEN]) -> bool {
-    expected.iter().zip(got).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    type Out = hmac::digest::CtOutput<Hmac<Sha256>>;
+    Out::new((*expected).into()) == Out::new((*got).into())
 }
 
 #[cfg(test)]
