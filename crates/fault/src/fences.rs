@@ -14,17 +14,19 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub(crate) struct Fences {
     bits: Vec<AtomicU64>,
+    pages: u32,
 }
 
 impl Fences {
     pub(crate) fn new(pages: u32) -> Fences {
-        Fences { bits: (0..(pages as usize).div_ceil(64)).map(|_| AtomicU64::new(0)).collect() }
+        let bits = (0..(pages as usize).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        Fences { bits, pages }
     }
 
     /// Fence (or open) pages `first..first + count`; pages past the end
     /// are ignored.
     pub(crate) fn set(&self, first: u32, count: u32, fenced: bool) {
-        let end = (first as u64 + count as u64).min(self.bits.len() as u64 * 64);
+        let end = (first as u64 + count as u64).min(u64::from(self.pages));
         // Bounded by the region's pages.
         for page in first as u64..end {
             let (word, bit) = ((page / 64) as usize, 1u64 << (page % 64));
@@ -37,6 +39,9 @@ impl Fences {
     }
 
     pub(crate) fn has(&self, page: u32) -> bool {
+        if page >= self.pages {
+            return false;
+        }
         let word = page as usize / 64;
         self.bits.get(word).is_some_and(|w| w.load(Relaxed) & (1 << (page % 64)) != 0)
     }
