@@ -43,9 +43,13 @@ pub fn reserve(hint: usize, len: usize) -> Option<*mut c_void> {
         return None;
     }
     let p = ops::map_far(hint, len)?;
+    // Fenced first, then emptied: prefetch may have mapped pages ahead into
+    // this range while it was free, and a page left there once it is
+    // PROT_NONE could never move out.
+    fence(p as usize, len, libc::PROT_NONE);
+    drop_pages(p as usize, len);
     // SAFETY: `p..p + len` is a far block just handed to this caller.
     if unsafe { sys::mprotect(p, len, libc::PROT_NONE) } == 0 {
-        fence(p as usize, len, libc::PROT_NONE);
         return Some(p);
     }
     ops::munmap(p as usize, len);
@@ -73,6 +77,12 @@ pub fn place(addr: usize, len: usize, prot: i32, flags: i32, fd: i32) -> Option<
     if len >= far::THRESHOLD.load(Relaxed) {
         crate::seen::saw(crate::seen::Kind::Committed, len);
     }
+    // An uncommit is fenced before its pages go, so that nothing is mapped
+    // ahead into it between the drop and the mprotect; a commit is opened
+    // after.
+    if prot == libc::PROT_NONE {
+        fence(addr, len, prot);
+    }
     heap.discard(page, pages);
     // SAFETY: the range is the caller's far mapping (checked above), whose
     // contents it asked to replace.
@@ -93,6 +103,12 @@ pub fn protected(addr: usize, len: usize, prot: i32) {
     let Some(heap) = far::heap() else { return };
     let end = (addr + len).min(heap.addr(heap.region.len() as u64 / PAGE_SIZE as u64));
     fence(addr, end - addr, prot);
+}
+
+/// Drop whatever is mapped in `addr..+len` (far memory).
+fn drop_pages(addr: usize, len: usize) {
+    let Some(heap) = far::heap() else { return };
+    heap.discard(heap.page_of(addr), len.div_ceil(PAGE_SIZE) as u64);
 }
 
 /// Fence `addr..+len` (far memory) if `prot` is PROT_NONE, else open it.
