@@ -159,8 +159,7 @@ pub fn plain_anonymous(flags: i32, fd: i32) -> bool {
         | libc::MAP_GROWSDOWN
         | libc::MAP_STACK
         | libc::MAP_POPULATE;
-    // The type is the low bits: MAP_SHARED_VALIDATE (3) has MAP_PRIVATE's bit.
-    flags & 0x0f == libc::MAP_PRIVATE
+    crate::sys::map_type(flags) == libc::MAP_PRIVATE
         && flags & wanted == wanted
         && flags & refused == 0
         && fd == -1

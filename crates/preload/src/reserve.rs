@@ -60,7 +60,8 @@ pub fn reserve(hint: usize, len: usize) -> Option<*mut c_void> {
 /// wholly on far mappings the program owns. `None`: not ours (the kernel's).
 pub fn place(addr: usize, len: usize, prot: i32, flags: i32, fd: i32) -> Option<*mut c_void> {
     let fixed = flags & libc::MAP_FIXED != 0 && flags & libc::MAP_FIXED_NOREPLACE == 0;
-    let anon_private = flags & 0x0f == libc::MAP_PRIVATE && flags & libc::MAP_ANONYMOUS != 0;
+    let anon_private =
+        sys::map_type(flags) == libc::MAP_PRIVATE && flags & libc::MAP_ANONYMOUS != 0;
     let odd = libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK;
     if !fixed || !anon_private || fd != -1 || flags & odd != 0 || len == 0 {
         return None;

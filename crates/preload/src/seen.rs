@@ -90,8 +90,11 @@ static TALLIES: [Tally; KINDS.len()] = [ZERO; KINDS.len()];
 /// rewritten by the next sighting or the exit report).
 static WRITING: Mutex<()> = Mutex::new(());
 
+/// A kind's counters: `KINDS` lists the kinds in their declared order, so a
+/// kind's discriminant is its place (checked by a test). No search: this is
+/// on every large allocation's path.
 fn tally(kind: Kind) -> &'static Tally {
-    &TALLIES[KINDS.iter().position(|&k| k == kind).unwrap_or(0)]
+    &TALLIES[kind as usize]
 }
 
 /// Count a large mapping of `kind`; a passed one is written down at once.
@@ -147,9 +150,7 @@ pub fn kind_of_passed(prot: i32, flags: i32, fd: i32) -> Option<Kind> {
         return None;
     }
     let anonymous = flags & libc::MAP_ANONYMOUS != 0;
-    // The mapping type is the low bits: MAP_SHARED_VALIDATE (3) shares
-    // MAP_PRIVATE's bit (2), so it is compared whole.
-    let kind = flags & 0x0f;
+    let kind = crate::sys::map_type(flags);
     let shared = kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE;
     if shared {
         return (anonymous || is_shmem(fd)).then_some(Kind::Shared);
@@ -212,6 +213,13 @@ mod tests {
         assert_eq!(kind_of_passed(rw, MAP_SHARED, fd), Some(Kind::Shared));
         // SAFETY: ours, opened above.
         unsafe { libc::close(fd) };
+    }
+
+    #[test]
+    fn kinds_are_listed_in_their_declared_order() {
+        for (i, kind) in KINDS.iter().enumerate() {
+            assert_eq!(*kind as usize, i, "{kind:?}");
+        }
     }
 
     #[test]

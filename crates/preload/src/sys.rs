@@ -54,6 +54,13 @@ pub unsafe fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i32 {
     unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as i32 }
 }
 
+/// An mmap's mapping type, its flags' low bits: MAP_SHARED (1), MAP_PRIVATE
+/// (2) or MAP_SHARED_VALIDATE (3), which has MAP_PRIVATE's bit, so the type
+/// is compared whole, never tested bit by bit.
+pub fn map_type(flags: i32) -> i32 {
+    flags & 0x0f
+}
+
 pub fn set_errno(e: i32) {
     // SAFETY: the calling thread's errno slot is always valid.
     unsafe { *libc::__errno_location() = e }
