@@ -13,7 +13,8 @@
 //!
 //! Each part is a room of its own (a folder): `kernel/` (the system calls),
 //! `handler/` (the loop and one fault), `evict/`, `prefetch/`, `zpool/`
-//! (the compressed tier) and `fork/`. See DESIGN.md beside this crate and
+//! (the compressed tier), `fork/` and `shmem/` (shared memory, served
+//! across processes). See DESIGN.md beside this crate and
 //! docs/architecture.md.
 
 mod discards;
@@ -32,6 +33,7 @@ mod prefetch;
 mod region;
 mod reserve;
 mod shared;
+pub mod shmem;
 mod state;
 mod stats;
 pub mod trace;

@@ -107,7 +107,7 @@ impl Handler {
                 Msg::Remove { start, end } | Msg::Unmap { start, end } => {
                     self.core.discards.settled(start, end)
                 }
-                Msg::Remap { .. } => {}
+                Msg::Remap { .. } | Msg::Fork { .. } => {}
             }
         }
     }

@@ -202,6 +202,9 @@ impl Handler {
             Msg::Remove { start, end } => self.removed(start, end, false),
             Msg::Unmap { start, end } => self.removed(start, end, true),
             Msg::Remap { from, to, len } => self.remapped(from, to, len),
+            // A region's descriptor never asks for fork events (`fork/`
+            // follows forks its own way); only a shared segment's does.
+            Msg::Fork { .. } => {}
         }
     }
 

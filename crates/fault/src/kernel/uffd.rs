@@ -29,10 +29,13 @@ const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, size_of::<WriteProtectArgs>());
 const UFFDIO_POISON: u64 = iowr(0x08, size_of::<RangeArgs>());
 
 const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+const FEATURE_EVENT_FORK: u64 = 1 << 1;
 const FEATURE_EVENT_REMAP: u64 = 1 << 2;
 const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
+const FEATURE_MISSING_SHMEM: u64 = 1 << 5;
 const FEATURE_THREAD_ID: u64 = 1 << 8;
+const FEATURE_WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
 const FEATURE_POISON: u64 = 1 << 14;
 const FEATURE_MOVE: u64 = 1 << 16;
 const REGISTER_MODE_MISSING: u64 = 1 << 0;
@@ -41,6 +44,7 @@ const COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const COPY_MODE_WP: u64 = 1 << 1;
 const WP_MODE_WP: u64 = 1 << 0;
 const EVENT_PAGEFAULT: u8 = 0x12;
+const EVENT_FORK: u8 = 0x13;
 const EVENT_REMAP: u8 = 0x14;
 const EVENT_REMOVE: u8 = 0x15;
 const EVENT_UNMAP: u8 = 0x16;
@@ -140,6 +144,11 @@ pub enum Msg {
         to: usize,
         len: usize,
     },
+    /// The process forked: `fd` is a new descriptor, now in our table and
+    /// ours to close, for the child's copy of the registered mappings.
+    Fork {
+        fd: i32,
+    },
 }
 
 impl Default for Msg {
@@ -174,6 +183,17 @@ const STAGING_FEATURES: u64 = FEATURE_MOVE;
 /// child's own madvise and munmap must not wait on its handler, which
 /// drops pages with MADV_DONTNEED itself.
 const CHILD_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP | FEATURE_POISON | FEATURE_THREAD_ID;
+/// A shared segment's descriptor (`shmem/`): MISSING and WP faults on
+/// shmem, POISON for pages the store cannot give, and FORK events, so that
+/// a child's copy of the segment is registered by the kernel in the fork
+/// itself (with no moment in which an evicted page reads as zeroes) and its
+/// descriptor comes to whoever reads this one.
+const SHARED_FEATURES: u64 = FEATURE_PAGEFAULT_FLAG_WP
+    | FEATURE_EVENT_FORK
+    | FEATURE_MISSING_SHMEM
+    | FEATURE_WP_HUGETLBFS_SHMEM
+    | FEATURE_POISON
+    | FEATURE_THREAD_ID;
 
 impl Uffd {
     /// The descriptor a region is registered with.
@@ -189,6 +209,24 @@ impl Uffd {
     /// The descriptor a forked child registers the region with.
     pub fn open_child() -> io::Result<Uffd> {
         Uffd::open(CHILD_FEATURES)
+    }
+
+    /// The descriptor a shared segment is registered with.
+    pub fn open_shared() -> io::Result<Uffd> {
+        Uffd::open(SHARED_FEATURES)
+    }
+
+    /// A descriptor received from elsewhere (another process, a FORK
+    /// event), already set up by whoever opened it.
+    pub fn from_fd(fd: OwnedFd) -> Uffd {
+        Uffd { fd }
+    }
+
+    /// The descriptor a FORK event carried (`Msg::Fork`).
+    pub fn from_fork_event(fd: i32) -> Uffd {
+        // SAFETY: the kernel installed `fd` in our table as it delivered
+        // the event we read, and nothing else owns it.
+        Uffd { fd: unsafe { OwnedFd::from_raw_fd(fd) } }
     }
 
     fn open(features: u64) -> io::Result<Uffd> {
@@ -382,6 +420,8 @@ fn parse(msg: &RawMsg) -> Option<Msg> {
             // `feat.ptid`, a u32 at the start of the third word.
             tid: msg.arg[2] as u32,
         }),
+        // `arg.fork.ufd`, a u32 at the start of the first word.
+        EVENT_FORK => Msg::Fork { fd: msg.arg[0] as u32 as i32 },
         EVENT_REMOVE => Msg::Remove { start: a, end: b },
         EVENT_UNMAP => Msg::Unmap { start: a, end: b },
         EVENT_REMAP => Msg::Remap { from: a, to: b, len: c },
@@ -455,6 +495,24 @@ pub fn wait(
         (0, _, _) => Ready::Faults,
         _ => Ready::Stop,
     })
+}
+
+/// Block until any of `fds` is readable or hung up, or `timeout_ms`
+/// passes; `ready[i]` says which. Interrupted counts as nothing ready.
+pub fn wait_any(fds: &[BorrowedFd<'_>], timeout_ms: i32, ready: &mut Vec<bool>) -> io::Result<()> {
+    let mut polls: Vec<libc::pollfd> = (fds.iter())
+        .map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+        .collect();
+    // SAFETY: `polls` is a valid array of pollfd, and we pass its length.
+    let rc = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as _, timeout_ms) };
+    ready.clear();
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        ready.resize(fds.len(), false);
+        return if err.raw_os_error() == Some(libc::EINTR) { Ok(()) } else { Err(err) };
+    }
+    ready.extend(polls.iter().map(|p| p.revents != 0));
+    Ok(())
 }
 
 /// UFFDIO_* answers EAGAIN while the address space is changing under it;

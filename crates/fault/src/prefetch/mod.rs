@@ -230,7 +230,7 @@ impl Ahead {
             .filter_map(|msg| match *msg {
                 Msg::Remove { start, end } | Msg::Unmap { start, end } => Some((start, end)),
                 Msg::Remap { from, len, .. } => Some((from, from + len)),
-                Msg::Fault(_) => None,
+                Msg::Fault(_) | Msg::Fork { .. } => None,
             })
             .collect();
         if ranges.is_empty() {
