@@ -42,7 +42,7 @@ enum Cmd {
     Far(far::FarArgs),
     /// Run a program with its large allocations in far memory: on donors
     /// (--donor) or a local SSD file. Prints what far memory did at the end.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Replay page-access traces (`run --trace`) through eviction
     /// policies; print misses against Belady's optimum.
     Replay(replay::ReplayArgs),

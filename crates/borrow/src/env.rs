@@ -57,6 +57,9 @@ pub const BATCH_FAULTS: &str = "MEMLEND_BATCH_FAULTS";
 pub const TRACE_DIR: &str = "MEMLEND_TRACE_DIR";
 /// Directory for each process's `<pid>.json` counters at exit.
 pub const STATS_DIR: &str = "MEMLEND_STATS_DIR";
+/// The socket of `memlend run`'s shared-memory server: shared anonymous
+/// mappings from the threshold up are made far through it.
+pub const SHARED_SOCK: &str = "MEMLEND_SHARED_SOCK";
 
 /// Far allocations start at this size unless told otherwise.
 pub const DEFAULT_THRESHOLD_BYTES: u64 = 1 << 20;

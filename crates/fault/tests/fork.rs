@@ -638,3 +638,25 @@ fn a_lazy_fork_writes_dirty_pages_after_it_and_the_child_still_reads_the_fork_mo
     store.release(snapshot);
     assert_eq!(first_wrong(base, 0..PAGES, 2), None, "the parent's own pages");
 }
+
+/// Pauses back to back, as a program forking children in a loop asks: a
+/// pause that ends and the next asked before the parked handler wakes must
+/// not leave it parked for ever (a Python program forking three children
+/// in a row hung so).
+#[test]
+fn pauses_back_to_back_never_hang() {
+    let Some((_store, region)) = region_filled() else { return };
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
+            eprintln!("pauses hung");
+            std::process::abort();
+        }
+    });
+    for round in 0..2000 {
+        let paused = if round % 2 == 0 { region.pause() } else { region.pause_lazy() };
+        drop(paused.unwrap());
+    }
+    done_tx.send(()).unwrap();
+    watchdog.join().unwrap();
+}

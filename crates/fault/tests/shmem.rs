@@ -63,6 +63,7 @@ fn server(name: &str) -> Option<(Server, PathBuf)> {
             let store = RamStore::new(pages, RamOptions::default()).map_err(|e| e.to_string())?;
             Ok(Arc::new(store) as Arc<dyn PageStore>)
         }),
+        accept_peer: Box::new(|pid| pid == std::process::id()),
     };
     Some((Server::start(&sock, config).unwrap(), sock))
 }
@@ -101,7 +102,7 @@ fn in_child(body: impl FnOnce() -> i32) -> i32 {
 fn a_segment_larger_than_its_budget_keeps_every_byte_across_forks() {
     let Some((server, sock)) = server("forks") else { return };
     let rw = libc::PROT_READ | libc::PROT_WRITE;
-    let base = map_shared(&sock, PAGES * PAGE_SIZE, rw).unwrap();
+    let base = map_shared(&sock, PAGES * PAGE_SIZE, rw).unwrap().addr;
     fill(base, 0..PAGES, 1);
     assert_eq!(check(base, 0..PAGES, |_| 1), None, "the maker reads back what it wrote");
     let stats = &server.stats;
@@ -166,7 +167,7 @@ fn writes_racing_evictions_all_land() {
     const ROUNDS_MAX: u64 = 1 << 20;
     let control = PAGES - 1;
     let rw = libc::PROT_READ | libc::PROT_WRITE;
-    let base = map_shared(&sock, PAGES * PAGE_SIZE, rw).unwrap();
+    let base = map_shared(&sock, PAGES * PAGE_SIZE, rw).unwrap().addr;
     let (stop, rounds) = (word(base, control, 0), word(base, control, 1));
     let pid = bare_fork();
     if pid == 0 {

@@ -53,6 +53,9 @@ pub struct Config {
     pub mem_bytes: Option<u64>,
     /// Record a page-access trace into `<dir>/<pid>.trace` (`MEMLEND_TRACE_DIR`).
     pub trace_dir: Option<PathBuf>,
+    /// The shared-memory server (`MEMLEND_SHARED_SOCK`): shared anonymous
+    /// mappings go far through it; unset, they pass to the kernel.
+    pub shared_sock: Option<PathBuf>,
 }
 
 /// Read the config; `Ok(None)` when the shim is not asked to do anything.
@@ -118,6 +121,7 @@ pub fn from_env() -> Result<Option<Config>> {
             .map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from),
         mem_bytes,
         trace_dir: var(ENV_TRACE_DIR).map(PathBuf::from),
+        shared_sock: var(memlend_borrow::env::SHARED_SOCK).map(PathBuf::from),
     }))
 }
 

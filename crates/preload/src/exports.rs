@@ -5,7 +5,7 @@
 
 use crate::libc_alloc as glibc;
 use crate::ops::enomem_if_null;
-use crate::{far, next, ops, reserve, seen, sys, thread_kind};
+use crate::{far, next, ops, reserve, seen, shared, sys, thread_kind};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
@@ -199,6 +199,11 @@ pub unsafe extern "C" fn mmap(
     fd: i32,
     off: i64,
 ) -> *mut c_void {
+    if shared::eligible(len, flags, fd) {
+        if let Some(p) = shared::map(len, prot) {
+            return p;
+        }
+    }
     if far_mmap_eligible(prot, flags, fd) {
         if let Some(p) = ops::mmap(addr as usize, len) {
             seen::saw(seen::Kind::Private, len);
@@ -257,8 +262,14 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
     match ops::munmap(addr as usize, len) {
         Some(rc) => rc,
-        // SAFETY: passed through as asked.
-        None => unsafe { sys::munmap(addr, len) },
+        None => {
+            // SAFETY: passed through as asked.
+            let rc = unsafe { sys::munmap(addr, len) };
+            if rc == 0 {
+                shared::unmapped(addr as usize, len);
+            }
+            rc
+        }
     }
 }
 
@@ -274,6 +285,12 @@ pub unsafe extern "C" fn mremap(
     flags: i32,
     new_addr: *mut c_void,
 ) -> *mut c_void {
+    if shared::overlaps(old as usize, old_len) {
+        // The server knows a segment at one address in every process.
+        tracing::warn!("mremap of far shared memory refused (EINVAL)");
+        sys::set_errno(libc::EINVAL);
+        return libc::MAP_FAILED;
+    }
     match ops::mremap(old as usize, old_len, new_len, flags) {
         Some(p) => p,
         // SAFETY: passed through as asked.

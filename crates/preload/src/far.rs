@@ -219,6 +219,11 @@ pub fn mem_limited() -> bool {
     CONFIG.get().is_some_and(|c| c.mem_bytes.is_some())
 }
 
+/// `memlend run`'s shared-memory server, if it runs one.
+pub fn shared_sock() -> Option<&'static std::path::Path> {
+    CONFIG.get()?.shared_sock.as_deref()
+}
+
 /// `memlend run --fork-spill DIR`.
 pub fn fork_spill_dir() -> Option<&'static std::path::Path> {
     CONFIG.get().map(|c| c.fork_spill_dir.as_path())

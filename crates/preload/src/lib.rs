@@ -41,6 +41,7 @@ mod ops;
 mod report;
 mod reserve;
 mod seen;
+mod shared;
 mod sys;
 mod thread_kind;
 

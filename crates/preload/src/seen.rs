@@ -27,6 +27,9 @@ pub enum Kind {
     /// Adopted: a MAP_FIXED commit (or uncommit) into far memory, done in
     /// place (`reserve.rs`); its bytes are in a reservation's already.
     Committed,
+    /// Adopted: a shared anonymous mapping, served by `memlend run`'s
+    /// shared-memory server in every process that maps it (`shared.rs`).
+    SharedFar,
     /// Passed: shared memory (MAP_SHARED anonymous, or a tmpfs or memfd
     /// file: POSIX shm, `memfd_create`).
     Shared,
@@ -42,11 +45,12 @@ pub enum Kind {
     NoRoom,
 }
 
-const KINDS: [Kind; 8] = [
+const KINDS: [Kind; 9] = [
     Kind::Malloc,
     Kind::Private,
     Kind::Reserved,
     Kind::Committed,
+    Kind::SharedFar,
     Kind::Shared,
     Kind::ReservedLocal,
     Kind::Placed,
@@ -61,6 +65,7 @@ impl Kind {
             Kind::Private => "private",
             Kind::Reserved => "reserved",
             Kind::Committed => "committed",
+            Kind::SharedFar => "shared_far",
             Kind::Shared => "shared",
             Kind::ReservedLocal => "reserved_local",
             Kind::Placed => "placed",

@@ -5,6 +5,7 @@
 
 mod loadable;
 mod report;
+mod shared;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -134,6 +135,12 @@ pub struct RunArgs {
     /// Print no summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Shared anonymous memory (`MAP_SHARED|MAP_ANONYMOUS`, PostgreSQL's
+    /// shared buffers) is far too, served by this process in every process
+    /// that maps it, within --local (or what --mem leaves). Off: it stays
+    /// local.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub shared: String,
     /// Start CMD even if it is statically linked: the shim cannot load
     /// into it, so it runs with no far memory (by default memlend run
     /// refuses, and says what works instead).
@@ -188,14 +195,32 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let mut cmd = Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..]);
     set_env(&mut cmd, a, &placement, &shim_path, (local, far), &stats_dir);
+    let shared = if a.shared == "on" {
+        let sock = stats_dir.join("shared.sock");
+        let budget = match a.mem {
+            Some(mem) => shared::Budget::Mem(mem),
+            None => shared::Budget::Fixed(local),
+        };
+        let server = shared::start(&sock, &shim_placement(&placement), budget)?;
+        cmd.env(shim::SHARED_SOCK, &sock);
+        Some(server)
+    } else {
+        cmd.env_remove(shim::SHARED_SOCK);
+        None
+    };
     let started = Instant::now();
     let status = spawn_and_wait(&mut cmd, &a.cmd[0]);
     let elapsed_s = started.elapsed().as_secs_f64();
+    let shared = shared.map(shared::Shared::finish);
     let reports = report::collect(&stats_dir);
     let _ = std::fs::remove_dir_all(&stats_dir);
     let status = status?;
     if !a.quiet {
-        report::print(&a.cmd, &status, elapsed_s, local, &where_, &reports);
+        let shared_far = shared.as_ref().is_some_and(|s| s.segments > 0);
+        report::print(&a.cmd, &status, elapsed_s, local, &where_, &reports, shared_far);
+        if let Some(s) = &shared {
+            report::print_shared(s);
+        }
     }
     std::process::exit(exit_code(&status));
 }
@@ -310,9 +335,7 @@ fn set_env(
         Some(mem) => cmd.env(shim::MEM, mem.to_string()),
         None => cmd.env_remove(shim::MEM),
     };
-    let mut placement = placement.clone();
-    placement.ssd = placement.ssd.as_deref().map(absolute);
-    placement.key = placement.key.as_deref().map(absolute);
+    let placement = shim_placement(placement);
     let mut vars = memlend_borrow::env::placement_vars(&placement).to_vec();
     vars.push((shim::TRACE_DIR, a.trace.as_deref().map(|p| absolute(p).display().to_string())));
     for (name, value) in vars {
@@ -321,6 +344,15 @@ fn set_env(
             None => cmd.env_remove(name),
         };
     }
+}
+
+/// The placement as the program's processes (and the shared-memory
+/// server) use it: paths absolute, since the program may change directory.
+fn shim_placement(placement: &Placement) -> Placement {
+    let mut placement = placement.clone();
+    placement.ssd = placement.ssd.as_deref().map(absolute);
+    placement.key = placement.key.as_deref().map(absolute);
+    placement
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -348,9 +380,14 @@ fn find_shim(given: Option<&Path>) -> Result<PathBuf> {
     )
 }
 
+/// The run's directory: each process's reports, the shared-memory
+/// server's socket. Writable by every user but listed only by its owner
+/// (mode 1733), as a program may become another user.
 fn tempdir() -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!("memlend-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1733))?;
     Ok(dir)
 }
 

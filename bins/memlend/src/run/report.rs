@@ -58,7 +58,7 @@ pub fn collect(dir: &Path) -> Reports {
 /// The kinds of memory the shim passed to the kernel, as the reports name
 /// them (`crates/preload/src/seen.rs`), and what each is.
 const PASSED: [(&str, &str); 4] = [
-    ("shared", "shared memory (MAP_SHARED anonymous, POSIX shm, memfd; PostgreSQL's shared buffers): not adopted yet"),
+    ("shared", "shared memory not made far (POSIX shm, memfd, System V shm; shared anonymous memory with --shared off or past the server's limits): kept local"),
     ("reserved_local", "reservations made PROT_NONE to commit later (a JVM heap, Go and V8 arenas) that the far region had no room for (--far): kept local"),
     ("placed", "mappings placed with MAP_FIXED outside far memory: kept local"),
     ("no_room", "private mappings the far heap had no room for (full, or a forked child's): kept local"),
@@ -106,6 +106,7 @@ pub fn print(
     local: u64,
     where_: &str,
     all: &Reports,
+    shared_far: bool,
 ) {
     let how = match status.code() {
         Some(code) => format!("exited {code}"),
@@ -122,8 +123,9 @@ pub fn print(
             })
         });
         let heap_made = all.seen_only.iter().any(|s| s["far_heap"].as_bool() == Some(true));
-        if heap_made {
-            // Said above: far memory was used by a process that left no report.
+        if heap_made || shared_far {
+            // Said above (far memory was used by a process that left no
+            // report), or below (shared memory was far).
         } else if seen_any {
             eprintln!(
                 "memlend run: far memory was not used: every large mapping was of a kind above"
@@ -344,6 +346,39 @@ fn print_forks(reports: &[Value]) {
         eprintln!(
             "memlend run: fork: {given_up} children could not be given every old page (spill \
              file full or failing, see --fork-spill); their far reads failed"
+        );
+    }
+}
+
+/// What the shared-memory server did (`shared.rs`), whether or not any
+/// process left a report.
+pub fn print_shared(s: &super::shared::Summary) {
+    if s.segments == 0 && s.refused == 0 {
+        return;
+    }
+    eprintln!(
+        "memlend run: made far: {} in {} shared anonymous mapping(s), served across processes: \
+         {} pages evicted, {} faults from the store, {} zero-filled, peak {} resident{}{}",
+        human(s.bytes),
+        s.segments,
+        s.evicted_pages,
+        s.store_reads,
+        s.zero_fills,
+        human(s.peak_resident_bytes),
+        match s.refused {
+            0 => String::new(),
+            n => format!("; {n} refused (kept local; the log says why)"),
+        },
+        match s.brought_home {
+            0 => String::new(),
+            n =>
+                format!("; {n} far pages brought home for processes still mapping them at the end"),
+        },
+    );
+    if s.poisoned > 0 {
+        eprintln!(
+            "memlend run: {} shared pages could not be read back (SIGBUS to their readers)",
+            s.poisoned
         );
     }
 }

@@ -125,11 +125,15 @@ impl Pause {
     }
 
     /// The handler: park with its lists until the owner ends the pause.
+    /// A pause that ends and a next one asked before this thread wakes
+    /// leave `Asked`, not `Running`: that ends this park too (the handler
+    /// then parks again for the new one). Waiting for `Running` alone hung
+    /// a Python program forking three children in a row.
     pub(crate) fn park(&self, lists: Parked) {
         let mut phase = self.lock();
         *phase = Phase::Parked(lists);
         self.changed.notify_all();
-        while !matches!(*phase, Phase::Running) {
+        while matches!(*phase, Phase::Parked(_) | Phase::Held) {
             phase = self.changed.wait(phase).unwrap_or_else(|e| e.into_inner());
         }
     }

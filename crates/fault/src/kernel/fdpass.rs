@@ -83,3 +83,24 @@ pub fn recv(sock: &UnixStream, data: &mut [u8]) -> io::Result<(usize, Vec<OwnedF
     }
     Ok((n as usize, fds))
 }
+
+/// The process at the other end of `sock`, as the kernel saw it connect.
+pub fn peer_pid(sock: &UnixStream) -> io::Result<u32> {
+    // SAFETY: ucred is plain data; zeroed is a valid value.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.pid as u32)
+}

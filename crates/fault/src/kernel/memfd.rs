@@ -69,6 +69,13 @@ impl Memfd {
         unsafe { libc::munmap(addr as *mut libc::c_void, len_bytes) };
     }
 
+    /// Make `addr..+len_bytes` inaccessible: a segment this process can no
+    /// longer be served in faults (SIGSEGV) rather than reads zeroes.
+    pub fn seal_off(addr: usize, len_bytes: usize) {
+        // SAFETY: changes only the protection of the segment's mapping.
+        unsafe { libc::mprotect(addr as *mut libc::c_void, len_bytes, libc::PROT_NONE) };
+    }
+
     /// Read `buf.len()` bytes at `offset` (a hole reads as zeroes and is
     /// not filled).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -211,9 +211,18 @@ impl Uffd {
         Uffd::open(CHILD_FEATURES)
     }
 
-    /// The descriptor a shared segment is registered with.
-    pub fn open_shared() -> io::Result<Uffd> {
-        Uffd::open(SHARED_FEATURES)
+    /// The descriptor a shared segment is registered with, and whether it
+    /// has fork events. The kernel gives those only to a process that may
+    /// ptrace (root, CAP_SYS_PTRACE); any other gets a descriptor without
+    /// them, and each child it forks registers itself (`shmem/adopt.rs`).
+    pub fn open_shared() -> io::Result<(Uffd, bool)> {
+        match Uffd::open(SHARED_FEATURES) {
+            Ok(uffd) => Ok((uffd, true)),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                Ok((Uffd::open(SHARED_FEATURES & !FEATURE_EVENT_FORK)?, false))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// A descriptor received from elsewhere (another process, a FORK

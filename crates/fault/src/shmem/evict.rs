@@ -11,7 +11,8 @@
 //! 4. the protection is lifted, waking any writer that met it (its write
 //!    then faults the page back).
 //!
-//! If the store write fails, nothing is punched: the pages stay resident.
+//! If a process cannot be protected now (a fork under way) or the store
+//! write fails, nothing is punched: the pages stay resident.
 
 use super::segment::Segment;
 use super::stats::SharedStats;
@@ -30,8 +31,7 @@ impl Segment {
         }
         let runs = runs_of(&victims);
         let mut gone = std::mem::take(&mut self.gone);
-        self.each_mm(&runs, &mut gone, true);
-        let written = self.copy_out(&victims, &runs, buf);
+        let written = self.each_mm(&runs, &mut gone, true) && self.copy_out(&victims, &runs, buf);
         if written {
             for &(first, count) in &runs {
                 let (offset, len) =
@@ -43,6 +43,9 @@ impl Segment {
                 }
             }
         }
+        // Released even where protecting failed: a process left protected
+        // would wait on a write for ever. Bounded: a failure here is logged
+        // and the next eviction's release covers the page again.
         self.each_mm(&runs, &mut gone, false);
         self.gone = gone;
         if !written {
@@ -82,7 +85,11 @@ impl Segment {
     }
 
     /// Write-protect (`on`) or release the runs in every live process.
-    fn each_mm(&self, runs: &[(u32, u32)], gone: &mut [bool], on: bool) {
+    /// `false`: a process could not be protected now (EAGAIN: its address
+    /// space is changing, as in a fork whose event this server has yet to
+    /// read), so the batch must not go.
+    fn each_mm(&self, runs: &[(u32, u32)], gone: &mut [bool], on: bool) -> bool {
+        let mut all = true;
         for (i, uffd) in self.mms.iter().enumerate() {
             if gone[i] {
                 continue;
@@ -91,19 +98,24 @@ impl Segment {
                 let (addr, len) =
                     (self.base + first as usize * PAGE_SIZE, count as usize * PAGE_SIZE);
                 let done = if on { uffd.protect(addr, len) } else { uffd.unprotect(addr, len) };
-                match done {
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                match done.map_err(|e| e.raw_os_error()) {
+                    Ok(()) | Err(Some(libc::ENOENT)) => {} // ENOENT: not mapped there
+                    Err(Some(libc::ESRCH)) => {
                         gone[i] = true;
                         break;
                     }
-                    // ENOENT: this process unmapped (part of) the segment.
-                    Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
-                        tracing::warn!("shared pages {first}+{count}: write-protect {on}: {e}");
+                    Err(e) => {
+                        if e != Some(libc::EAGAIN) {
+                            tracing::warn!(
+                                "shared pages {first}+{count}: write-protect {on}: {e:?}"
+                            );
+                        }
+                        all = false;
                     }
-                    _ => {}
                 }
             }
         }
+        all
     }
 
     /// The victims' bytes from the memfd to the store. `false`: not written.

@@ -28,7 +28,7 @@ mod segment;
 mod server;
 mod stats;
 
-pub use adopt::map_shared;
+pub use adopt::{join_shared, map_shared, Mapped};
 pub use link::SEGMENT_BYTES_MAX;
 pub use server::{OpenStore, Server, ServerConfig, SEGMENTS_MAX};
 pub use stats::SharedStats;

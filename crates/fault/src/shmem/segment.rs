@@ -37,6 +37,8 @@ impl Bits {
 }
 
 pub(crate) struct Segment {
+    /// The server's number for it.
+    pub(crate) id: u32,
     pub(crate) memfd: Memfd,
     pub(crate) base: usize,
     pub(crate) pages: u32,
@@ -128,7 +130,10 @@ impl Segment {
             }
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Served::Gone,
             Err(e) => {
-                if e.raw_os_error() != Some(libc::EEXIST) {
+                // EEXIST: placed first through another process; EAGAIN: the
+                // address space is changing (a fork): the thread, woken,
+                // faults again.
+                if !matches!(e.raw_os_error(), Some(libc::EEXIST | libc::EAGAIN)) {
                     tracing::warn!("shared page {page}: placing it failed: {e}");
                 }
                 let _ = self.mms[mm].wake(addr, PAGE_SIZE);
@@ -175,6 +180,19 @@ impl Segment {
         });
         self.gone = vec![false; self.mms.len()];
         SharedStats::sub(&self.stats.processes, (before - self.mms.len()) as u64);
+    }
+
+    /// Drop the descriptors of processes that are gone or no longer map
+    /// the segment's first page; true if any process still maps it.
+    pub(crate) fn look_alive(&mut self) -> bool {
+        let gone: Vec<bool> = (self.mms.iter())
+            .map(|uffd| match uffd.unprotect(self.base, PAGE_SIZE) {
+                Err(e) => matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENOENT)),
+                Ok(()) => false,
+            })
+            .collect();
+        self.forget(&gone);
+        !self.mms.is_empty()
     }
 
     /// Before the server lets go of the segment while a process may still

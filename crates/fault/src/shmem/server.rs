@@ -27,14 +27,24 @@ const IDLE_MS: i32 = 50;
 /// Pages an eviction frees beyond what is needed now, so that the next
 /// faults find room.
 const EVICT_AHEAD_PAGES: usize = 16;
+/// How often the server looks whether the processes of each segment are
+/// still there: a segment no process maps any more is dropped, its store
+/// with it.
+const LOOK_ALIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Opens a store of so many pages for a new segment.
 pub type OpenStore = Box<dyn FnMut(u64) -> Result<Arc<dyn PageStore>, String> + Send>;
+
+/// Whether a process may hand segments over (its pid, as the kernel says).
+pub type AcceptPeer = Box<dyn Fn(u32) -> bool + Send>;
 
 pub struct ServerConfig {
     /// Resident pages of all segments together; the server evicts past it.
     pub budget_pages: Arc<AtomicU64>,
     pub open_store: OpenStore,
+    /// The socket may be open to other users (a program that changes
+    /// user, as PostgreSQL's server must): only these processes are served.
+    pub accept_peer: AcceptPeer,
 }
 
 /// The running server; stop it with [`Server::stop`].
@@ -57,6 +67,8 @@ impl Server {
             segments: Vec::new(),
             stats: Arc::clone(&stats),
             buf: vec![0; super::evict::BATCH_PAGES_MAX * PAGE_SIZE],
+            evict_stalled: false,
+            next_id: 0,
         };
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -82,6 +94,11 @@ struct Loop {
     segments: Vec<Segment>,
     stats: Arc<SharedStats>,
     buf: Vec<u8>,
+    /// An eviction could not go this turn (a fork under way, the store
+    /// failing): no more tries until the next turn has read the messages.
+    evict_stalled: bool,
+    /// The last segment's number (they start at 1; 0 means "new").
+    next_id: u32,
 }
 
 impl Loop {
@@ -98,7 +115,13 @@ impl Loop {
     fn serve(&mut self, stop: &AtomicBool) {
         let mut ready = Vec::new();
         let mut msgs = [Msg::default(); 16];
+        let mut looked = std::time::Instant::now();
         while !stop.load(Relaxed) {
+            self.evict_stalled = false;
+            if looked.elapsed() >= LOOK_ALIVE_EVERY {
+                self.drop_unmapped();
+                looked = std::time::Instant::now();
+            }
             let fds: Vec<BorrowedFd<'_>> = std::iter::once(self.listener.as_fd())
                 .chain(self.segments.iter().flat_map(|s| s.mms.iter().map(|u| u.as_fd())))
                 .collect();
@@ -128,23 +151,40 @@ impl Loop {
                 Err(e) => return tracing::warn!("shared-memory server: accept: {e}"),
             };
             match self.take(&stream) {
-                Ok(()) => link::answer(&stream, true),
+                Ok(id) => link::answer(&stream, Some(id)),
                 Err(why) => {
                     tracing::warn!("shared segment refused: {why}");
                     SharedStats::add(&self.stats.segments_refused, 1);
-                    link::answer(&stream, false);
+                    link::answer(&stream, None);
                 }
             }
         }
     }
 
-    fn take(&mut self, stream: &std::os::unix::net::UnixStream) -> Result<(), String> {
+    /// One hello: a new segment, or a forked child joining one. Returns
+    /// the segment's number.
+    fn take(&mut self, stream: &std::os::unix::net::UnixStream) -> Result<u32, String> {
         let _ = stream.set_nonblocking(false);
-        let (hello, memfd, uffd) = link::take(stream)?;
+        let peer = crate::kernel::fdpass::peer_pid(stream).map_err(|e| e.to_string())?;
+        if !(self.config.accept_peer)(peer) {
+            return Err(format!("process {peer} is not one of the program's"));
+        }
+        let (hello, mut fds) = link::take(stream)?;
+        let uffd = Uffd::from_fd(fds.pop().expect("link::take counted them"));
+        if hello.join != 0 {
+            let seg = (self.segments.iter_mut())
+                .find(|s| s.id == hello.join)
+                .ok_or_else(|| format!("no segment {} to join", hello.join))?;
+            if seg.base as u64 != hello.base || u64::from(seg.pages) * PAGE_SIZE as u64 != hello.len {
+                return Err(format!("segment {} is not at {:#x}+{}", hello.join, hello.base, hello.len));
+            }
+            seg.forked(uffd);
+            return Ok(hello.join);
+        }
         if self.segments.len() >= SEGMENTS_MAX {
             return Err(format!("{SEGMENTS_MAX} segments are served already"));
         }
-        let memfd = Memfd::from_fd(memfd);
+        let memfd = Memfd::from_fd(fds.pop().expect("link::take counted them"));
         let size = memfd.len_bytes().map_err(|e| e.to_string())?;
         if size < hello.len {
             return Err(format!("the memfd holds {size} bytes, the hello says {}", hello.len));
@@ -156,11 +196,13 @@ impl Loop {
         SharedStats::add(&self.stats.segments_taken, 1);
         SharedStats::add(&self.stats.segment_bytes, hello.len);
         SharedStats::add(&self.stats.processes, 1);
+        self.next_id += 1;
         self.segments.push(Segment {
+            id: self.next_id,
             memfd,
             base: hello.base as usize,
             pages,
-            mms: vec![Uffd::from_fd(uffd)],
+            mms: vec![uffd],
             gone: vec![false],
             store,
             far: Bits::new(pages),
@@ -168,7 +210,7 @@ impl Loop {
             queue: VecDeque::new(),
             stats: Arc::clone(&self.stats),
         });
-        Ok(())
+        Ok(self.next_id)
     }
 
     /// Read and serve the messages of every ready descriptor (`ready` in
@@ -232,6 +274,9 @@ impl Loop {
         let budget = self.config.budget_pages.load(Relaxed);
         // Bounded: each turn moves pages out or stops.
         for _ in 0..1024 {
+            if self.evict_stalled {
+                return;
+            }
             let resident = SharedStats::get(&self.stats.resident_pages);
             if resident + coming <= budget {
                 return;
@@ -241,14 +286,27 @@ impl Loop {
             };
             let want = (resident + coming - budget) as usize + EVICT_AHEAD_PAGES;
             if seg.evict(want, &mut self.buf) == 0 {
+                self.evict_stalled = true;
                 return;
             }
         }
     }
 
+    /// Segments no process maps any more go, with their stores.
+    fn drop_unmapped(&mut self) {
+        self.segments.retain_mut(|seg| {
+            let alive = seg.look_alive();
+            if !alive {
+                tracing::info!("a shared segment is mapped nowhere any more: dropped");
+            }
+            alive
+        });
+    }
+
     /// The server stops: processes still mapping a segment keep all of
     /// it, in the memfd, once their descriptors close.
     fn let_go(&mut self) {
+        self.drop_unmapped();
         for mut seg in self.segments.drain(..) {
             let home = seg.bring_home(&mut self.buf);
             if home > 0 {

@@ -152,6 +152,9 @@ extern "C" fn in_parent() {
 }
 
 extern "C" fn in_child() {
+    // Shared segments first: nothing of the program's runs before they
+    // are served here, whether or not the far heap follows the fork.
+    crate::thread_kind::while_ours(crate::shared::after_fork_in_child);
     crate::thread_kind::while_ours(after_fork_in_child);
 }
 
