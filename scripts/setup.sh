@@ -13,6 +13,7 @@ APT_PACKAGES=(
   redis-server redis-tools                  # an unmodified program under memlend run
   memcached                                 # another one (bench/apps.py)
   openjdk-17-jdk-headless nodejs            # a JVM and Node.js under memlend run (heaps reserved PROT_NONE)
+  postgresql                                # its shared buffers under memlend run (pgbench, pg_amcheck)
   tmux                                      # memlend top tested in a real terminal
   dpkg-dev systemd                          # make deb, and its test (systemd-analyze verify)
   strace                                    # the unit's syscall filter against every call memlendd makes

@@ -19,6 +19,8 @@ mod pack;
 mod redis;
 #[path = "run/runtimes.rs"]
 mod runtimes;
+#[path = "run/shared.rs"]
+mod shared;
 
 use common::*;
 use std::process::{Command, Stdio};

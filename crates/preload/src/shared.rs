@@ -90,7 +90,9 @@ pub fn after_fork_in_child() {
         let m = memlend_fault::shmem::Mapped { addr: base, segment, forks_followed: false };
         let len = LENS[i].load(Relaxed);
         if let Err(e) = memlend_fault::shmem::join_shared(sock, &m, len) {
-            tracing::error!("fork: shared segment at {base:#x} cannot be served here ({e}); touching it faults");
+            tracing::error!(
+                "fork: shared segment at {base:#x} cannot be served here ({e}); touching it faults"
+            );
         }
     }
 }

@@ -6,20 +6,35 @@
 use super::common::*;
 use std::process::Command;
 
-#[test]
-fn the_summary_names_reservations_made_far_and_shared_memory_passed() {
+/// The kinds program under `memlend run ARGS`: same output as a plain
+/// run, and its summary.
+fn kinds_summary(args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let prog = compile("kinds", dir.path());
     let cmd = [prog.to_str().unwrap()];
     let ssd = dir.path().to_str().unwrap();
-    let far = memlend_run(&["--local", "16M", "--ssd", ssd], &cmd);
+    let far = memlend_run(&[&["--local", "16M", "--ssd", ssd], args].concat(), &cmd);
     let err = text(&far.stderr);
     assert!(far.status.success(), "{err}");
     assert_eq!(text(&far.stdout), text(&plain_run(&cmd).stdout), "same output as a plain run");
     assert!(err.contains("made far: 32.0 MiB in 1 large allocations (malloc family)"), "{err}");
     assert!(err.contains("256.0 MiB in 1 reservations (PROT_NONE"), "{err}");
-    assert!(err.contains("64.0 MiB in 1 large mappings of shared memory"), "{err}");
     assert!(!err.contains("no process made a large allocation"), "{err}");
+    err
+}
+
+#[test]
+fn the_summary_names_reservations_and_shared_memory_made_far() {
+    let err = kinds_summary(&[]);
+    assert!(err.contains("made far: 64.0 MiB in 1 shared anonymous mapping(s)"), "{err}");
+    assert!(!err.contains("large mappings of shared memory"), "{err}");
+}
+
+#[test]
+fn with_shared_off_the_summary_names_shared_memory_passed() {
+    let err = kinds_summary(&["--shared", "off"]);
+    assert!(err.contains("64.0 MiB in 1 large mappings of shared memory"), "{err}");
+    assert!(!err.contains("shared anonymous mapping(s)"), "{err}");
 }
 
 #[test]
@@ -53,8 +68,8 @@ fn a_process_killed_before_its_exit_report_is_still_accounted_for() {
     // The live thread wrote its counters as the heap started: counted from them.
     assert!(err.contains("1 process(es) ended without an exit report"), "{err}");
     assert!(err.contains("made far: 32.0 MiB in 1 large allocations"), "{err}");
-    // Written as they were mapped, not at exit: the kill cannot lose them.
-    assert!(err.contains("64.0 MiB in 1 large mappings of shared memory"), "{err}");
+    // Counted by the server, in memlend run: the kill cannot lose them.
+    assert!(err.contains("made far: 64.0 MiB in 1 shared anonymous mapping(s)"), "{err}");
     assert!(!err.contains("no process made a large allocation"), "{err}");
 }
 

@@ -38,7 +38,8 @@ pub fn map_shared(sock: &Path, len_bytes: usize, prot: i32) -> io::Result<Mapped
     let handed = (|| {
         let (uffd, forks_followed) = Uffd::open_shared()?;
         uffd.register(addr, len_bytes, true)?;
-        let hello = Hello { pid: std::process::id(), join: 0, base: addr as u64, len: len_bytes as u64 };
+        let hello =
+            Hello { pid: std::process::id(), join: 0, base: addr as u64, len: len_bytes as u64 };
         let uffd_fd = owned(&uffd)?;
         let segment = link::offer(sock, hello, &[memfd.fd(), &uffd_fd])?;
         Ok(Mapped { addr, segment, forks_followed })

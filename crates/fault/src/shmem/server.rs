@@ -175,8 +175,12 @@ impl Loop {
             let seg = (self.segments.iter_mut())
                 .find(|s| s.id == hello.join)
                 .ok_or_else(|| format!("no segment {} to join", hello.join))?;
-            if seg.base as u64 != hello.base || u64::from(seg.pages) * PAGE_SIZE as u64 != hello.len {
-                return Err(format!("segment {} is not at {:#x}+{}", hello.join, hello.base, hello.len));
+            if seg.base as u64 != hello.base || u64::from(seg.pages) * PAGE_SIZE as u64 != hello.len
+            {
+                return Err(format!(
+                    "segment {} is not at {:#x}+{}",
+                    hello.join, hello.base, hello.len
+                ));
             }
             seg.forked(uffd);
             return Ok(hello.join);
