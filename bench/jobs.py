@@ -53,6 +53,13 @@ JOBS = {
     # ~1.1 GiB of sparse index (1, 8, 64 and two 512 MiB PROT_NONE ranges) before its first arena.
     "jvm": {"build": "jvm", "mix": "95/5", "memlend_args": "--far 3G"},
     "go": {"build": "go", "mix": "95/5", "memlend_args": "--far 3G"},
+    # PostgreSQL (bench/jobs/pg_job.py): its shared buffers hold the data, one shared anonymous
+    # mapping that memlend serves across the postmaster and its backends. --threshold 64M keeps
+    # every process's own memory local (it is small), so the row measures the shared buffers.
+    "pg-select": {"script": "pg_job.py", "args": ["--mix", "select"], "mix": "select-only zipf",
+                  "memlend_args": "--threshold 64M --far 256M"},
+    "pg-tpcb": {"script": "pg_job.py", "args": ["--mix", "tpcb"], "mix": "TPC-B-like",
+                "memlend_args": "--threshold 64M --far 256M"},
 }
 # Where the built JVM and Go jobs are (build_jobs fills it).
 BUILT = {}
@@ -83,7 +90,7 @@ def job_argv(job, a):
         return ["java", f"-Xmx{heap_mib}m", "-cp", BUILT["jvm"], "KvJob"] + args
     if job == "go":
         return [BUILT["go"]] + args
-    return [PY, os.path.join(HERE, "jobs", JOBS[job]["script"])] + args
+    return [PY, os.path.join(HERE, "jobs", JOBS[job]["script"])] + args + JOBS[job].get("args", [])
 
 
 def last_json(text):
@@ -150,7 +157,7 @@ def run(bench, job, peer, frac, limit):
             out = proc.output()
             res = last_json(out) or {}
             for k in ("ops", "seconds", "ops_per_s", "p50_us", "p99_us", "p999_us", "unit", "verified", "rows",
-                      "build_s", "load_s"):
+                      "build_s", "load_s", "lat_avg_us"):
                 row[k] = res.get(k)
             if psi0 is not None and psi1 is not None:
                 row["cpu_psi_pct"] = round((psi1 - psi0) / 1e6 / (time.time() - t0) * 100, 1)  # whole run
