@@ -364,6 +364,15 @@ def memlend_summary(text):
             m = re.search(pat, ln) if "fork:" in ln else None
             if m:
                 out[key] = int(m.group(1))
+        if "shared anonymous mapping" in ln:  # the shared-memory server's line (docs/run.md)
+            for key, pat in (("shared_evicted", r"(\d+) pages evicted"),
+                             ("shared_store_faults", r"(\d+) faults from the store"),
+                             ("shared_zero_filled", r"(\d+) zero-filled")):
+                m = re.search(pat, ln)
+                if m:
+                    out[key] = int(m.group(1))
+            out["store_faults"] = out.get("store_faults", 0) + out.get("shared_store_faults", 0)
+            continue
         if "from the store" not in ln:
             continue
         for key, pat in (("zero_filled", r"(\d+) zero-filled"), ("store_faults", r"(\d+) from the store"),

@@ -256,6 +256,9 @@ def main():
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(s, on_signal)
     workdir = tempfile.mkdtemp(prefix="jobs.", dir="/var/tmp")
+    # Every user may pass through it: the PostgreSQL jobs run their server as `postgres`, whose
+    # processes load the shim from workdir/bin (unreadable, ld.so skips it without a word to us).
+    os.chmod(workdir, 0o755)
     UNDO.push(f"rm -r {workdir}", lambda: shutil.rmtree(workdir, ignore_errors=True))
     atexit.register(UNDO.run)
     t_start = time.time()

@@ -60,14 +60,28 @@ impl Charge {
     /// first of it is counted all the same: a program's cold code pages,
     /// dropped, are read again). None if unreadable.
     pub fn charged_bytes(&self, file_counted_bytes: u64) -> Option<u64> {
-        let usage = read_u64(&self.dir.join(if self.v2 {
-            "memory.current"
-        } else {
-            "memory.usage_in_bytes"
-        }))?;
-        let stat = fs::read_to_string(self.dir.join("memory.stat")).ok()?;
+        let (usage, stat) = self.usage_and_stat()?;
         let inactive = inactive_file_bytes(&stat, self.v2);
         Some(usage.saturating_sub(inactive.saturating_sub(file_counted_bytes)))
+    }
+
+    /// `charged_bytes`, with the dirty pages and those under writeback
+    /// counted too: the kernel cannot drop them at once. For a consumer
+    /// that writes through the page cache as fast as it fills memory (the
+    /// shared-memory server over an `--ssd` file), whose inactive pages
+    /// are mostly dirty.
+    pub fn charged_bytes_counting_dirty(&self, file_counted_bytes: u64) -> Option<u64> {
+        let (usage, stat) = self.usage_and_stat()?;
+        let clean_inactive =
+            inactive_file_bytes(&stat, self.v2).saturating_sub(dirty_file_bytes(&stat, self.v2));
+        Some(usage.saturating_sub(clean_inactive.saturating_sub(file_counted_bytes)))
+    }
+
+    /// The cgroup's usage and the text of its memory.stat.
+    fn usage_and_stat(&self) -> Option<(u64, String)> {
+        let usage_file = if self.v2 { "memory.current" } else { "memory.usage_in_bytes" };
+        let usage = read_u64(&self.dir.join(usage_file))?;
+        Some((usage, fs::read_to_string(self.dir.join("memory.stat")).ok()?))
     }
 
     /// How many processes the cgroup holds (at least 1: this one).
@@ -82,6 +96,19 @@ impl Charge {
 pub fn inactive_file_bytes(stat: &str, v2: bool) -> u64 {
     let hierarchical = if v2 { None } else { stat_field(stat, "total_inactive_file") };
     hierarchical.or_else(|| stat_field(stat, "inactive_file")).unwrap_or(0)
+}
+
+/// The page cache that is dirty or under writeback, from `memory.stat`
+/// (v1's hierarchical `total_` fields where present; v2 names them
+/// `file_dirty` and `file_writeback`).
+pub fn dirty_file_bytes(stat: &str, v2: bool) -> u64 {
+    let field = |name: &str| {
+        let hierarchical = if v2 { None } else { stat_field(stat, &format!("total_{name}")) };
+        hierarchical.or_else(|| stat_field(stat, name)).unwrap_or(0)
+    };
+    let (dirty, writeback) =
+        if v2 { ("file_dirty", "file_writeback") } else { ("dirty", "writeback") };
+    field(dirty) + field(writeback)
 }
 
 /// A `name value` line of a cgroup's memory.stat; 0 if absent.
@@ -102,6 +129,14 @@ fn read_u64(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dirty_file_is_read_from_either_layout() {
+        let v1 = "dirty 1\ntotal_dirty 15\ntotal_writeback 5\n";
+        assert_eq!(dirty_file_bytes(v1, false), 20);
+        assert_eq!(dirty_file_bytes("file_dirty 15\nfile_writeback 5\n", true), 20);
+        assert_eq!(dirty_file_bytes("garbage\n", false), 0);
+    }
 
     #[test]
     fn inactive_file_is_read_from_either_layout() {

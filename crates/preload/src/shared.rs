@@ -65,7 +65,8 @@ pub fn map(len: usize, prot: i32) -> Option<*mut c_void> {
 fn refused_once(e: &std::io::Error) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SAID.swap(true, Relaxed) {
-        tracing::warn!("shared memory stays local: the shared-memory server: {e}");
+        // Said whatever the log level: the user asked for far memory.
+        eprintln!("memlend: shared memory stays local: the shared-memory server: {e}");
     }
 }
 

@@ -155,6 +155,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let given =
         a.preload.clone().or_else(|| std::env::var_os("MEMLEND_PRELOAD").map(PathBuf::from));
     let shim_path = find_shim(given.as_deref())?;
+    warn_if_private(&shim_path);
     check_loadable(&a.cmd[0], a.allow_static)?;
     if let Err(why) = memlend_fault::check_access() {
         bail!("{why}");
@@ -223,6 +224,25 @@ pub fn run(a: &RunArgs) -> Result<()> {
         }
     }
     std::process::exit(exit_code(&status));
+}
+
+/// A program that becomes another user (`runuser -u postgres -- postgres`)
+/// loads the shim as that user: ld.so skips a library it cannot read, and
+/// says so only on the program's stderr. Say it here, before it starts.
+fn warn_if_private(shim: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let others =
+        |p: &Path, bit: u32| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & bit != 0);
+    let hidden =
+        shim.ancestors().skip(1).find(|dir| !dir.as_os_str().is_empty() && !others(dir, 0o001));
+    if !others(shim, 0o004) || hidden.is_some() {
+        eprintln!(
+            "memlend run: {} is readable by its owner only{}: a process that becomes another user \
+             runs without far memory",
+            shim.display(),
+            hidden.map_or(String::new(), |d| format!(" (through {})", d.display()))
+        );
+    }
 }
 
 /// Refuse a program the shim cannot load into, before it starts (exit 2).
@@ -385,7 +405,13 @@ fn find_shim(given: Option<&Path>) -> Result<PathBuf> {
 /// (mode 1733), as a program may become another user.
 fn tempdir() -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("memlend-run-{}", std::process::id()));
+    // In $TMPDIR if every user may pass through it, else in /tmp: a
+    // benchmark's private TMPDIR (mode 700) kept PostgreSQL's server, run
+    // as its own user, from the socket, and its buffers stayed local.
+    let tmp = std::env::temp_dir();
+    let open = std::fs::metadata(&tmp).is_ok_and(|m| m.permissions().mode() & 0o001 != 0);
+    let parent = if open { tmp } else { PathBuf::from("/tmp") };
+    let dir = parent.join(format!("memlend-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1733))?;
     Ok(dir)

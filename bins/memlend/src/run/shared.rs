@@ -19,10 +19,16 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 const INTERVAL: Duration = Duration::from_millis(50);
-/// Kept free of LIMIT (as the shim keeps it: `mem_limit.rs`): a 32nd, at
-/// least 4 MiB, for what moves between two looks.
-const SLACK_SHARE: u64 = 32;
-const SLACK_MIN_BYTES: u64 = 4 << 20;
+/// Kept free of LIMIT for what moves between two looks: a 16th, at least
+/// 8 MiB. The shim's 32nd and 4 MiB (`mem_limit.rs`) let a Python program
+/// whose three forked children fault shared pages as fast as they can be
+/// placed get OOM-killed in a 64 MiB cgroup.
+const SLACK_SHARE: u64 = 16;
+const SLACK_MIN_BYTES: u64 = 8 << 20;
+/// The rest (everything but the shared pages) is taken as the largest of
+/// the last this many looks (a second): a rise at once, a fall only once
+/// it lasts, as the shim takes it.
+const REST_HOLD_LOOKS: usize = 20;
 /// The cgroup's inactive page cache counted as charged up to this much
 /// (the program's code pages, dropped, are read again).
 const FILE_COUNTED_BYTES: u64 = 16 << 20;
@@ -129,28 +135,42 @@ fn follow(
     stop: &AtomicBool,
 ) {
     let charge = Charge::of_self();
+    let mut rests = std::collections::VecDeque::with_capacity(REST_HOLD_LOOKS);
     while !stop.load(Relaxed) {
         let resident = SharedStats::get(&stats.resident_pages);
         peak.fetch_max(resident, Relaxed);
-        if let Budget::Mem(mem) = budget {
-            if let Some(bytes) = mem_budget(mem, charge.as_ref(), resident) {
-                pages_now.store(pages(bytes), Relaxed);
+        if let (Budget::Mem(mem), Some(charge)) = (budget, charge.as_ref()) {
+            if let Some((limit, rest)) = limit_and_rest(mem, charge, resident) {
+                if rests.len() == REST_HOLD_LOOKS {
+                    rests.pop_front();
+                }
+                rests.push_back(rest);
+                let held = rests.iter().copied().max().unwrap_or(rest);
+                pages_now.store(pages(budget_bytes(limit, held)), Relaxed);
             }
         }
         std::thread::sleep(INTERVAL);
     }
 }
 
-/// LIMIT (the cgroup's, if lower) less the slack and less everything the
-/// cgroup is charged besides the shared pages. None: no cgroup to follow
-/// (the first budget, half of LIMIT, stays).
-fn mem_budget(mem: u64, charge: Option<&Charge>, resident_pages: u64) -> Option<u64> {
-    let charge = charge?;
+/// LIMIT (the cgroup's, if lower), and the rest: everything the cgroup is
+/// charged besides the shared pages, counted as the shim counts a process's
+/// own memory (inactive page cache past FILE_COUNTED_BYTES gives way) but
+/// with dirty page cache counted: the server writes its victims through the
+/// page cache of an `--ssd` file as fast as it fills the segment. Letting
+/// all clean page cache give way, active too, gave PostgreSQL's buffers
+/// more room but got a Python program OOM-killed in a 64 MiB cgroup
+/// (docs/notebook/2026-11-29-shared-memory.md). None: unreadable.
+fn limit_and_rest(mem: u64, charge: &Charge, resident_pages: u64) -> Option<(u64, u64)> {
     let limit = charge.limit_bytes().map_or(mem, |l| l.min(mem));
-    let charged = charge.charged_bytes(FILE_COUNTED_BYTES)?;
-    let rest = charged.saturating_sub(resident_pages * PAGE_SIZE as u64);
+    let charged = charge.charged_bytes_counting_dirty(FILE_COUNTED_BYTES)?;
+    Some((limit, charged.saturating_sub(resident_pages * PAGE_SIZE as u64)))
+}
+
+/// What LIMIT leaves the shared pages once the slack and the rest are out.
+fn budget_bytes(limit: u64, rest: u64) -> u64 {
     let slack = (limit / SLACK_SHARE).max(SLACK_MIN_BYTES);
-    Some(limit.saturating_sub(slack).saturating_sub(rest))
+    limit.saturating_sub(slack).saturating_sub(rest)
 }
 
 impl Shared {
@@ -184,8 +204,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn without_a_cgroup_the_mem_budget_is_not_followed() {
-        assert_eq!(mem_budget(256 << 20, None, 0), None);
+    fn the_budget_is_limit_less_slack_and_rest() {
+        assert_eq!(budget_bytes(256 << 20, 100 << 20), (256 - 16 - 100) << 20);
+        assert_eq!(budget_bytes(64 << 20, 20 << 20), (64 - 8 - 20) << 20);
+        assert_eq!(budget_bytes(64 << 20, 80 << 20), 0);
     }
 
     #[test]

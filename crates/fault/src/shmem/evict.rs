@@ -31,7 +31,7 @@ impl Segment {
         }
         let runs = runs_of(&victims);
         let mut gone = std::mem::take(&mut self.gone);
-        let written = self.each_mm(&runs, &mut gone, true) && self.copy_out(&victims, &runs, buf);
+        let written = self.each_mm(&runs, &mut gone, true) && self.copy_out(&runs, buf);
         if written {
             for &(first, count) in &runs {
                 let (offset, len) =
@@ -49,9 +49,7 @@ impl Segment {
         self.each_mm(&runs, &mut gone, false);
         self.gone = gone;
         if !written {
-            for &page in victims.iter().rev() {
-                self.queue.push_front(page);
-            }
+            self.order.put_back(&victims);
             return 0;
         }
         for &page in &victims {
@@ -64,24 +62,9 @@ impl Segment {
         victims.len()
     }
 
-    /// The oldest resident pages, sorted; a page that came back from the
-    /// store since it last went gets one more turn instead.
+    /// The next victims, sorted (`order.rs`).
     fn victims(&mut self, want: usize) -> Vec<u32> {
-        let mut victims = Vec::with_capacity(want);
-        // Each page is looked at most twice (its second chance clears).
-        let mut looks = 2 * self.queue.len();
-        while victims.len() < want && looks > 0 {
-            let Some(page) = self.queue.pop_front() else { break };
-            looks -= 1;
-            if self.again.get(page) {
-                self.again.set(page, false);
-                self.queue.push_back(page);
-            } else {
-                victims.push(page);
-            }
-        }
-        victims.sort_unstable();
-        victims
+        self.order.victims(want)
     }
 
     /// Write-protect (`on`) or release the runs in every live process.
@@ -119,13 +102,17 @@ impl Segment {
     }
 
     /// The victims' bytes from the memfd to the store. `false`: not written.
-    fn copy_out(&self, victims: &[u32], runs: &[(u32, u32)], buf: &mut [u8]) -> bool {
-        for (i, &page) in victims.iter().enumerate() {
-            let into = &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
-            if let Err(e) = self.memfd.read_at(into, u64::from(page) * PAGE_SIZE as u64) {
-                tracing::warn!("shared page {page}: reading it failed: {e}");
+    fn copy_out(&self, runs: &[(u32, u32)], buf: &mut [u8]) -> bool {
+        let mut at = 0;
+        for &(first, count) in runs {
+            let len = count as usize * PAGE_SIZE;
+            if let Err(e) =
+                self.memfd.read_at(&mut buf[at..at + len], u64::from(first) * PAGE_SIZE as u64)
+            {
+                tracing::warn!("shared pages {first}+{count}: reading them failed: {e}");
                 return false;
             }
+            at += len;
         }
         let mut ops = Vec::with_capacity(runs.len());
         let mut at = 0;

@@ -14,16 +14,18 @@
 //! memory cgroup); every other process then finds the page there. An
 //! eviction (`evict.rs`) write-protects its victims in every process,
 //! copies them out, and punches a hole, which drops them from all page
-//! tables at once (`segment.rs` holds a segment's state; `link.rs` is the
-//! hand-over, `stats.rs` the counters).
+//! tables at once (`segment.rs` holds a segment's state, `order.rs` which
+//! pages leave first; `link.rs` is the hand-over, `stats.rs` the counters).
 //!
 //! When the server stops while a process still maps a segment, the far
 //! pages come home into the memfd first (`Server::stop`): the segment
 //! lives on as ordinary shared memory for as long as anything maps it.
 
 mod adopt;
+mod bits;
 mod evict;
 mod link;
+mod order;
 mod segment;
 mod server;
 mod stats;

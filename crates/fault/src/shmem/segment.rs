@@ -3,11 +3,12 @@
 //! store, which pages are far (a hole in the memfd, their bytes in the
 //! store), and its resident pages in the order they came in.
 
+use super::bits::Bits;
+use super::order::Order;
 use super::stats::SharedStats;
 use crate::kernel::memfd::Memfd;
 use crate::kernel::uffd::{retry_eagain, Fault, Uffd};
 use memlend_store::{PageStore, ReadOp, PAGE_SIZE};
-use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -15,26 +16,6 @@ use std::sync::Arc;
 /// The most processes one segment is served in (a fork past it is still
 /// served: see `Segment::forked`).
 pub(crate) const PROCESSES_MAX: usize = 4096;
-
-/// One bit a page.
-pub(crate) struct Bits(Vec<u64>);
-
-impl Bits {
-    pub(crate) fn new(pages: u32) -> Bits {
-        Bits(vec![0; (pages as usize).div_ceil(64)])
-    }
-    pub(crate) fn get(&self, page: u32) -> bool {
-        self.0[page as usize / 64] & (1 << (page % 64)) != 0
-    }
-    pub(crate) fn set(&mut self, page: u32, on: bool) {
-        let (word, bit) = (page as usize / 64, 1u64 << (page % 64));
-        if on {
-            self.0[word] |= bit;
-        } else {
-            self.0[word] &= !bit;
-        }
-    }
-}
 
 pub(crate) struct Segment {
     /// The server's number for it.
@@ -50,12 +31,8 @@ pub(crate) struct Segment {
     pub(crate) store: Arc<dyn PageStore>,
     /// In the store, not in the memfd.
     pub(crate) far: Bits,
-    /// Came back from the store since it last went: one more turn in
-    /// `queue` before it goes again (a second chance, so that the pages a
-    /// program keeps coming back to stay).
-    pub(crate) again: Bits,
-    /// Resident pages, oldest first.
-    pub(crate) queue: VecDeque<u32>,
+    /// The resident pages placed here, and which leave first.
+    pub(crate) order: Order,
     pub(crate) stats: Arc<SharedStats>,
 }
 
@@ -117,14 +94,14 @@ impl Segment {
         let addr = self.addr(page);
         match placed {
             Ok(()) => {
-                if self.far.get(page) {
+                let came_back = self.far.get(page);
+                if came_back {
                     self.far.set(page, false);
-                    self.again.set(page, true);
                     SharedStats::sub(&self.stats.far_pages, 1);
                 } else {
                     SharedStats::add(&self.stats.zero_fills, 1);
                 }
-                self.queue.push_back(page);
+                self.order.placed(page, came_back);
                 SharedStats::add(&self.stats.resident_pages, 1);
                 Served::Placed
             }
@@ -225,7 +202,7 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        SharedStats::sub(&self.stats.resident_pages, self.queue.len() as u64);
+        SharedStats::sub(&self.stats.resident_pages, u64::from(self.order.resident()));
         SharedStats::sub(&self.stats.processes, self.mms.len() as u64);
         let _ = self.stats.segments.fetch_sub(1, Relaxed);
     }

@@ -4,13 +4,14 @@
 //! userfaultfds, and keeps the resident pages of all segments within the
 //! budget (set from outside, e.g. by what `--mem` leaves).
 
+use super::bits::Bits;
 use super::link;
-use super::segment::{Bits, Segment, Served};
+use super::order::Order;
+use super::segment::{Segment, Served};
 use super::stats::SharedStats;
 use crate::kernel::memfd::Memfd;
 use crate::kernel::uffd::{wait_any, Msg, Uffd};
 use memlend_store::{PageStore, PAGE_SIZE};
-use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixListener;
@@ -194,7 +195,15 @@ impl Loop {
             return Err(format!("the memfd holds {size} bytes, the hello says {}", hello.len));
         }
         let pages = (hello.len / PAGE_SIZE as u64) as u32;
-        let store = (self.config.open_store)(u64::from(pages))?;
+        // Segments whose processes are all gone may still hold the room
+        // (they are looked for once a second): PostgreSQL's initdb leaves
+        // three just before the server makes its own, and the donor had no
+        // room for it.
+        let store = match (self.config.open_store)(u64::from(pages)) {
+            Ok(store) => store,
+            Err(_) if self.drop_unmapped() > 0 => (self.config.open_store)(u64::from(pages))?,
+            Err(e) => return Err(e),
+        };
         tracing::info!(pid = hello.pid, bytes = hello.len, "shared segment taken");
         SharedStats::add(&self.stats.segments, 1);
         SharedStats::add(&self.stats.segments_taken, 1);
@@ -210,8 +219,7 @@ impl Loop {
             gone: vec![false],
             store,
             far: Bits::new(pages),
-            again: Bits::new(pages),
-            queue: VecDeque::new(),
+            order: Order::new(pages),
             stats: Arc::clone(&self.stats),
         });
         Ok(self.next_id)
@@ -285,7 +293,7 @@ impl Loop {
             if resident + coming <= budget {
                 return;
             }
-            let Some(seg) = self.segments.iter_mut().max_by_key(|s| s.queue.len()) else {
+            let Some(seg) = self.segments.iter_mut().max_by_key(|s| s.order.resident()) else {
                 return;
             };
             let want = (resident + coming - budget) as usize + EVICT_AHEAD_PAGES;
@@ -296,8 +304,10 @@ impl Loop {
         }
     }
 
-    /// Segments no process maps any more go, with their stores.
-    fn drop_unmapped(&mut self) {
+    /// Segments no process maps any more go, with their stores. Returns
+    /// how many went.
+    fn drop_unmapped(&mut self) -> usize {
+        let before = self.segments.len();
         self.segments.retain_mut(|seg| {
             let alive = seg.look_alive();
             if !alive {
@@ -305,6 +315,7 @@ impl Loop {
             }
             alive
         });
+        before - self.segments.len()
     }
 
     /// The server stops: processes still mapping a segment keep all of
