@@ -29,23 +29,35 @@ fn run_in(cg: &TestCgroup, mem: &str, ssd: &Path, user: Option<&str>, cmd: &[&st
     c.args(cmd).output().unwrap()
 }
 
-/// vm.unprivileged_userfaultfd set to 1 while it lives, then put back: a
-/// user other than root may then use userfaultfd (docs/run.md says so).
-struct UnprivilegedUffd(String);
+/// vm.unprivileged_userfaultfd set to 1 while any of these lives, then put
+/// back as it was before the first: a user other than root may then use
+/// userfaultfd (docs/run.md says so). Counted, since tests run at once: a
+/// guard each saving and restoring the value left it at 1.
+struct UnprivilegedUffd;
 
 const UNPRIVILEGED: &str = "/proc/sys/vm/unprivileged_userfaultfd";
+/// How many guards live, and the value before the first.
+static ALLOWED: std::sync::Mutex<(usize, String)> = std::sync::Mutex::new((0, String::new()));
 
 impl UnprivilegedUffd {
     fn allow() -> UnprivilegedUffd {
-        let was = std::fs::read_to_string(UNPRIVILEGED).unwrap();
-        std::fs::write(UNPRIVILEGED, "1").unwrap();
-        UnprivilegedUffd(was)
+        let mut allowed = ALLOWED.lock().unwrap_or_else(|e| e.into_inner());
+        if allowed.0 == 0 {
+            allowed.1 = std::fs::read_to_string(UNPRIVILEGED).unwrap().trim().to_owned();
+            std::fs::write(UNPRIVILEGED, "1").unwrap();
+        }
+        allowed.0 += 1;
+        UnprivilegedUffd
     }
 }
 
 impl Drop for UnprivilegedUffd {
     fn drop(&mut self) {
-        let _ = std::fs::write(UNPRIVILEGED, self.0.trim());
+        let mut allowed = ALLOWED.lock().unwrap_or_else(|e| e.into_inner());
+        allowed.0 -= 1;
+        if allowed.0 == 0 {
+            let _ = std::fs::write(UNPRIVILEGED, &allowed.1);
+        }
     }
 }
 
